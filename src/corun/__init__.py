@@ -1,0 +1,30 @@
+"""corun: a Python coroutine runtime, compatible with asyncio.
+
+Run a coroutine on corun's loop with ``corun.run(main())``, or hand corun to
+asyncio with ``asyncio.Runner(loop_factory=corun.new_event_loop)`` or
+``corun.install()``.
+"""
+
+from corun.runtime.futures import Future
+from corun.runtime.handles import Handle
+from corun.runtime.instruments import Instrument
+from corun.runtime.loop import EventLoop, LoopStatistics
+from corun.runtime.runner import EventLoopPolicy, install, new_event_loop, run
+from corun.runtime.tasks import Task
+from corun.runtime.timers import TimerHandle
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EventLoop",
+    "EventLoopPolicy",
+    "Future",
+    "Handle",
+    "Instrument",
+    "LoopStatistics",
+    "Task",
+    "TimerHandle",
+    "install",
+    "new_event_loop",
+    "run",
+]

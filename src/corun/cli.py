@@ -1,0 +1,69 @@
+"""The ``corun`` command.
+
+``corun run script.py [args...]`` runs a script the way ``python script.py``
+would, with corun as asyncio's loop: ``asyncio.run()``, ``asyncio.Runner()``
+and ``asyncio.new_event_loop()`` inside it create corun loops.
+``corun run -m module [args...]`` does the same for ``python -m module``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+
+from corun.runtime.runner import install
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="corun", description="corun: an asyncio-compatible coroutine runtime."
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="run a Python script (or -m module) with corun as the asyncio loop",
+        description="Run a script as `python script.py` would, with corun as the asyncio loop.",
+    )
+    run.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
+    run.add_argument("target", nargs=argparse.REMAINDER, help="script path and its arguments")
+    return parser
+
+
+def _version() -> str:
+    from corun import __version__
+
+    return f"corun {__version__}"
+
+
+def _run(module: str | None, target: Sequence[str]) -> int:
+    install()
+    if module is not None:
+        sys.argv = [module, *target]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        return 0
+    if not target:
+        print("corun run: a script path (or -m MODULE) is required", file=sys.stderr)
+        return 2
+    path, *args = target
+    if not os.path.exists(path):
+        print(f"corun run: can't open file {path!r}: no such file", file=sys.stderr)
+        return 2
+    sys.argv = [path, *args]
+    # As `python script.py` does: the script's directory comes first on sys.path.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    runpy.run_path(path, run_name="__main__")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``corun`` console script; returns the exit code."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run(args.module, args.target)
+    parser.print_help()
+    return 2

@@ -1,0 +1,1 @@
+"""corun's runtime: handles, timers, Future, Task, the loop core and epoll I/O."""

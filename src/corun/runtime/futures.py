@@ -1,0 +1,272 @@
+"""``Future``: the state container a coroutine waits on.
+
+It speaks asyncio's Future protocol exactly (``_asyncio_future_blocking``,
+``get_loop()``, callbacks scheduled through ``loop.call_soon``), so asyncio's
+Task and functions accept it, and corun's Task accepts asyncio's futures.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+import traceback
+from asyncio import AbstractEventLoop, CancelledError, InvalidStateError, get_event_loop
+from collections.abc import Callable, Generator
+from types import GenericAlias, TracebackType
+from typing import Any, Final, Generic, TypeVar
+
+from corun.runtime.formatting import (
+    extract_stack,
+    format_callbacks,
+    short_repr,
+)
+
+_T = TypeVar("_T")
+
+# The same strings as asyncio uses, so tools that read ``_state`` keep working.
+PENDING: Final = "PENDING"
+CANCELLED: Final = "CANCELLED"
+FINISHED: Final = "FINISHED"
+
+# Python 3.12 turned StopIteration given to set_exception() into a RuntimeError
+# raised from it; 3.11 refuses it with a TypeError. Behave like the running Python.
+_STOPITERATION_TO_RUNTIMEERROR: Final = sys.version_info >= (3, 12)
+_STOPITERATION_MESSAGE: Final = (
+    "StopIteration interacts badly with generators and cannot be raised into a Future"
+)
+
+
+class Future(Generic[_T]):
+    """A result that will be available later, bound to one event loop.
+
+    Not thread-safe: use ``loop.call_soon_threadsafe`` to complete it from
+    another thread. Done callbacks are always scheduled with
+    ``loop.call_soon``, never called directly.
+    """
+
+    # Tells asyncio's ``isfuture()`` that this class speaks the Future protocol.
+    _asyncio_future_blocking: bool = False
+    # Class-level defaults keep a future whose __init__ was skipped (a
+    # subclass's bug) from crashing in result(), exception() or __del__.
+    _state: str = PENDING
+    __log_traceback: bool = False
+
+    # Invariant: _state is PENDING, CANCELLED or FINISHED and only leaves
+    # PENDING once. FINISHED means exactly one of _result and _exception was
+    # set. _callbacks is empty unless _state is PENDING. _log_traceback is True
+    # only while a set exception has not been retrieved.
+    def __init__(self, *, loop: AbstractEventLoop | None = None) -> None:
+        if loop is None:
+            loop = get_event_loop()
+        self._loop: AbstractEventLoop = loop
+        self._state: str = PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._exception_tb: TracebackType | None = None
+        self._callbacks: list[tuple[Callable[[Any], object], contextvars.Context]] = []
+        self._cancel_message: object = None
+        self._cancelled_exc: CancelledError | None = None
+        self.__log_traceback: bool = False
+        self._asyncio_future_blocking = False
+        self._source_traceback: traceback.StackSummary | None = None
+        if loop.get_debug():
+            self._source_traceback = extract_stack(sys._getframe(1))
+
+    __class_getitem__: Any = classmethod(GenericAlias)
+
+    # --- reporting ---------------------------------------------------------
+
+    def _repr_info(self) -> list[str]:
+        info = [self._state.lower()]
+        if self._state == FINISHED:
+            if self._exception is not None:
+                info.append(f"exception={self._exception!r}")
+            else:
+                info.append(f"result={short_repr(self._result)}")
+        if self._callbacks:
+            info.append(format_callbacks(self._callbacks))
+        if self._source_traceback:
+            frame = self._source_traceback[-1]
+            info.append(f"created at {frame.filename}:{frame.lineno}")
+        return info
+
+    def __repr__(self) -> str:
+        return "<{} {}>".format(type(self).__name__, " ".join(self._repr_info()))
+
+    def __del__(self) -> None:
+        if not self.__log_traceback:
+            # set_exception() was not called, or the exception was retrieved.
+            return
+        context: dict[str, Any] = {
+            "message": f"{type(self).__name__} exception was never retrieved",
+            "exception": self._exception,
+            "future": self,
+        }
+        if self._source_traceback:
+            context["source_traceback"] = self._source_traceback
+        self._loop.call_exception_handler(context)
+
+    @property
+    def _log_traceback(self) -> bool:
+        return self.__log_traceback
+
+    @_log_traceback.setter
+    def _log_traceback(self, value: bool) -> None:
+        if value:
+            raise ValueError("_log_traceback can only be set to False")
+        self.__log_traceback = False
+
+    # --- state -------------------------------------------------------------
+
+    def get_loop(self) -> AbstractEventLoop:
+        """The event loop the future is bound to."""
+        return self._loop
+
+    def _make_cancelled_error(self) -> CancelledError:
+        """The CancelledError to raise; consumes a stored one (from a Task) first."""
+        exc = self._cancelled_exc
+        if exc is not None:
+            self._cancelled_exc = None
+            return exc
+        if self._cancel_message is None:
+            return CancelledError()
+        return CancelledError(self._cancel_message)
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        """Cancel the future and schedule its callbacks.
+
+        Returns:
+            False if the future was already done or cancelled, True otherwise.
+        """
+        self.__log_traceback = False
+        if self._state != PENDING:
+            return False
+        self._state = CANCELLED
+        self._cancel_message = msg
+        self._schedule_callbacks()
+        return True
+
+    def _schedule_callbacks(self) -> None:
+        callbacks = self._callbacks
+        if not callbacks:
+            return
+        self._callbacks = []
+        call_soon = self._loop.call_soon
+        for callback, ctx in callbacks:
+            call_soon(callback, self, context=ctx)
+
+    def cancelled(self) -> bool:
+        """Whether the future was cancelled."""
+        return self._state == CANCELLED
+
+    def done(self) -> bool:
+        """Whether the future has a result, an exception, or was cancelled."""
+        return self._state != PENDING
+
+    def result(self) -> _T:
+        """The result, or raise the exception that was set.
+
+        Raises:
+            CancelledError: the future was cancelled.
+            InvalidStateError: the future is not done yet.
+        """
+        state = self._state
+        if state == CANCELLED:
+            raise self._make_cancelled_error()
+        if state != FINISHED:
+            raise InvalidStateError("Result is not ready.")
+        self.__log_traceback = False
+        exc = self._exception
+        if exc is not None:
+            raise exc.with_traceback(self._exception_tb)
+        return self._result  # type: ignore[no-any-return]
+
+    def exception(self) -> BaseException | None:
+        """The exception that was set, or None when a result was set.
+
+        Raises:
+            CancelledError: the future was cancelled.
+            InvalidStateError: the future is not done yet.
+        """
+        state = self._state
+        if state == CANCELLED:
+            raise self._make_cancelled_error()
+        if state != FINISHED:
+            raise InvalidStateError("Exception is not set.")
+        self.__log_traceback = False
+        return self._exception
+
+    def add_done_callback(
+        self,
+        fn: Callable[[Any], object],
+        *,
+        context: contextvars.Context | None = None,
+    ) -> None:
+        """Call ``fn(future)`` through the loop once the future is done.
+
+        If it is done already, ``fn`` is scheduled with ``call_soon`` at once.
+        """
+        if self._state != PENDING:
+            self._loop.call_soon(fn, self, context=context)
+            return
+        if context is None:
+            context = contextvars.copy_context()
+        self._callbacks.append((fn, context))
+
+    def remove_done_callback(self, fn: Callable[[Any], object]) -> int:
+        """Remove every registration of ``fn``; return how many were removed."""
+        kept = [(f, ctx) for (f, ctx) in self._callbacks if f != fn]
+        removed = len(self._callbacks) - len(kept)
+        if removed:
+            self._callbacks[:] = kept
+        return removed
+
+    def set_result(self, result: _T) -> None:
+        """Mark the future done with ``result`` and schedule its callbacks.
+
+        Raises:
+            InvalidStateError: the future is done already.
+        """
+        if self._state != PENDING:
+            raise InvalidStateError(f"{self._state}: {self!r}")
+        self._result = result
+        self._state = FINISHED
+        self._schedule_callbacks()
+
+    def set_exception(self, exception: type | BaseException) -> None:
+        """Mark the future done with ``exception`` and schedule its callbacks.
+
+        Raises:
+            InvalidStateError: the future is done already.
+            TypeError: ``exception`` is StopIteration (on Python 3.11).
+        """
+        if self._state != PENDING:
+            raise InvalidStateError(f"{self._state}: {self!r}")
+        if isinstance(exception, type):
+            exception = exception()
+        if not isinstance(exception, BaseException):
+            raise TypeError(f"invalid exception object {exception!r}")
+        if isinstance(exception, StopIteration):
+            if not _STOPITERATION_TO_RUNTIMEERROR:
+                raise TypeError(_STOPITERATION_MESSAGE)
+            new_exc = RuntimeError(_STOPITERATION_MESSAGE)
+            new_exc.__cause__ = exception
+            new_exc.__context__ = exception
+            exception = new_exc
+        self._exception = exception
+        self._exception_tb = exception.__traceback__
+        self._state = FINISHED
+        self._schedule_callbacks()
+        self.__log_traceback = True
+
+    # --- awaiting ----------------------------------------------------------
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        if self._state == PENDING:
+            self._asyncio_future_blocking = True
+            yield self  # tells the Task driving us to wait for this future
+        if self._state == PENDING:
+            raise RuntimeError("await wasn't used with future")
+        return self.result()
+
+    __iter__ = __await__

@@ -1,0 +1,183 @@
+"""Timers: ``TimerHandle`` and the heap the loop keeps them in.
+
+Cancellation is lazy. ``TimerHandle.cancel()`` only marks the handle and
+counts it; the heap drops cancelled entries when they reach the top. A program
+that schedules many timeouts and cancels most of them (every request with a
+deadline that succeeds) would otherwise fill the heap with dead entries, so
+when cancelled entries are the majority, and there are enough of them for the
+O(n) rebuild to pay off, the heap is compacted in one pass.
+
+Entries are ``(when, sequence, handle)`` tuples: tuples compare in C, and the
+sequence number makes timers due at the same instant run in the order they
+were scheduled (``heapq`` alone is not stable).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import heapq
+from asyncio import AbstractEventLoop
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from corun.runtime.handles import Handle
+
+#: Compact only when at least this many cancelled timers are in the heap.
+MIN_CANCELLED_FOR_COMPACTION: Final = 100
+#: ... and when they are more than this fraction of it.
+CANCELLED_FRACTION_FOR_COMPACTION: Final = 0.5
+
+
+class TimerHandle(Handle):
+    """A callback scheduled for a point in time, returned by ``call_later`` and ``call_at``."""
+
+    __slots__ = ("_queue", "_when")
+
+    def __init__(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: Sequence[Any],
+        loop: AbstractEventLoop,
+        context: contextvars.Context | None = None,
+    ) -> None:
+        super().__init__(callback, args, loop, context)
+        if self._source_traceback:
+            del self._source_traceback[-1]
+        self._when: float = when
+        # Invariant: _queue is the TimerQueue whose heap holds this handle, or
+        # None once it was popped (ran, or dropped as cancelled).
+        self._queue: TimerQueue | None = None
+
+    def _repr_info(self) -> list[str]:
+        info = super()._repr_info()
+        info.insert(2 if self._cancelled else 1, f"when={self._when}")
+        return info
+
+    def __hash__(self) -> int:
+        return hash(self._when)
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, TimerHandle):
+            return self._when < other._when
+        return NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        if isinstance(other, TimerHandle):
+            return self._when < other._when or self.__eq__(other)
+        return NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        if isinstance(other, TimerHandle):
+            return self._when > other._when
+        return NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        if isinstance(other, TimerHandle):
+            return self._when > other._when or self.__eq__(other)
+        return NotImplemented
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TimerHandle):
+            return (
+                self._when == other._when
+                and self._callback == other._callback
+                and self._args == other._args
+                and self._cancelled == other._cancelled
+            )
+        return NotImplemented
+
+    def when(self) -> float:
+        """The absolute time, on the loop's clock, the callback is scheduled for."""
+        return self._when
+
+    def cancel(self) -> None:
+        """Cancel the timer; it is dropped from the heap lazily."""
+        if not self._cancelled:
+            queue = self._queue
+            if queue is not None:
+                queue._cancelled_count += 1
+        super().cancel()
+
+
+class TimerQueue:
+    """The loop's timer heap, with lazy cancellation and compaction."""
+
+    __slots__ = ("_cancelled_count", "_heap", "_sequence")
+
+    def __init__(self) -> None:
+        # Invariant: _cancelled_count is the number of cancelled handles in
+        # _heap; every handle in _heap has _queue set to self.
+        self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._cancelled_count: int = 0
+        self._sequence: int = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    @property
+    def cancelled_count(self) -> int:
+        """Cancelled timers still held in the heap."""
+        return self._cancelled_count
+
+    def push(self, handle: TimerHandle) -> None:
+        """Schedule ``handle`` at ``handle.when()``."""
+        handle._queue = self
+        self._sequence += 1
+        heapq.heappush(self._heap, (handle._when, self._sequence, handle))
+
+    def next_deadline(self) -> float | None:
+        """When the earliest live timer is due, or None when there are none.
+
+        Drops cancelled timers from the top, and compacts the heap when they
+        dominate it.
+        """
+        heap = self._heap
+        if (
+            self._cancelled_count > MIN_CANCELLED_FOR_COMPACTION
+            and self._cancelled_count > len(heap) * CANCELLED_FRACTION_FOR_COMPACTION
+        ):
+            self._compact()
+        while heap:
+            handle = heap[0][2]
+            if not handle._cancelled:
+                return heap[0][0]
+            heapq.heappop(heap)
+            handle._queue = None
+            self._cancelled_count -= 1
+        return None
+
+    def pop_due(self, end_time: float, ready: deque[Handle]) -> None:
+        """Move every timer due at or before ``end_time`` to ``ready``, in order."""
+        heap = self._heap
+        while heap and heap[0][0] < end_time:
+            handle = heapq.heappop(heap)[2]
+            handle._queue = None
+            if handle._cancelled:
+                self._cancelled_count -= 1
+            else:
+                ready.append(handle)
+
+    def clear(self) -> None:
+        """Forget every timer (the loop is closing)."""
+        for _, _, handle in self._heap:
+            handle._queue = None
+        self._heap.clear()
+        self._cancelled_count = 0
+
+    def _compact(self) -> None:
+        live: list[tuple[float, int, TimerHandle]] = []
+        for entry in self._heap:
+            if entry[2]._cancelled:
+                entry[2]._queue = None
+            else:
+                live.append(entry)
+        heapq.heapify(live)
+        self._heap = live
+        self._cancelled_count = 0
+
+    def _check_invariants(self) -> None:
+        cancelled = sum(1 for _, _, h in self._heap if h._cancelled)
+        assert cancelled == self._cancelled_count, (cancelled, self._cancelled_count)
+        assert all(h._queue is self for _, _, h in self._heap)
