@@ -98,6 +98,8 @@ class EpollIO:
             self._registrations[fd] = registration
         elif not registration.events & EPOLLIN:
             self._update(fd, registration, registration.events | EPOLLIN)
+        else:
+            self._reassert(fd, registration)
         previous = registration.reader
         registration.reader = handle
         if previous is not None:
@@ -112,6 +114,8 @@ class EpollIO:
             self._registrations[fd] = registration
         elif not registration.events & EPOLLOUT:
             self._update(fd, registration, registration.events | EPOLLOUT)
+        else:
+            self._reassert(fd, registration)
         previous = registration.writer
         registration.writer = handle
         if previous is not None:
@@ -138,6 +142,18 @@ class EpollIO:
         self._update(fd, registration, registration.events & ~EPOLLOUT)
         handle.cancel()
         return True
+
+    def _reassert(self, fd: int, registration: FdRegistration) -> None:
+        """Make sure epoll still watches ``fd`` when its callback is replaced.
+
+        If the fd was closed without being removed and its number reused, the
+        kernel dropped the old registration and the new fd would otherwise go
+        unwatched.
+        """
+        try:
+            self._epoll.modify(fd, registration.events)
+        except FileNotFoundError:
+            self._epoll.register(fd, registration.events)
 
     def _update(self, fd: int, registration: FdRegistration, events: int) -> None:
         """Tell epoll that ``fd`` now wants ``events`` (0: unregister)."""

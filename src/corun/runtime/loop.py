@@ -181,9 +181,11 @@ class EventLoop(AbstractEventLoop):
             f"closed={self.is_closed()} debug={self.get_debug()}>"
         )
 
-    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+    def __del__(self) -> None:
         if not self._closed:
-            _warn(f"unclosed event loop {self!r}", ResourceWarning, source=self)
+            warnings.warn(
+                f"unclosed event loop {self!r}", ResourceWarning, stacklevel=2, source=self
+            )
             if not self.is_running():
                 self.close()
 

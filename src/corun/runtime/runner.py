@@ -25,6 +25,9 @@ def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:
     asynchronous generators, shuts the default executor down and closes the
     loop. It cannot be called while another loop runs in this thread.
     """
+    if asyncio.events._get_running_loop() is not None:
+        # Checked before a loop is made, so nothing is left half set up.
+        raise RuntimeError("corun.run() cannot be called from a running event loop")
     with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
         return runner.run(main)
 

@@ -47,6 +47,10 @@ _leave_task: Final[Callable[[AbstractEventLoop, Any], None]] = _asyncio_tasks._l
 
 _task_name_counter: Final = itertools.count(1)
 
+# Python 3.13 made uncancel() down to zero also withdraw a cancellation that
+# has not been delivered yet; earlier versions still deliver it.
+_UNCANCEL_CLEARS_PENDING: Final = sys.version_info >= (3, 13)
+
 
 class Task(Future[_T]):
     """A coroutine wrapped in a Future, run by the event loop.
@@ -233,7 +237,7 @@ class Task(Future[_T]):
         """Withdraw one cancellation request; return how many remain."""
         if self._num_cancels_requested > 0:
             self._num_cancels_requested -= 1
-            if self._num_cancels_requested == 0:
+            if self._num_cancels_requested == 0 and _UNCANCEL_CLEARS_PENDING:
                 self._must_cancel = False
         return self._num_cancels_requested
 

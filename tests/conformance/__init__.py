@@ -1,0 +1,1 @@
+"""CPython ``test.test_asyncio`` suites run against corun (see _harness.py)."""

@@ -1,0 +1,192 @@
+"""pytest glue for the CPython asyncio conformance suites (see _harness.py).
+
+* installs the event loop policy under test around every conformance test;
+* applies ``exclusions.py`` (xfail strict / skip, with the reason);
+* prints a per-module summary table at the end of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from . import _harness
+from .exclusions import EXCLUSIONS, SKIP_PREFIX
+
+OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
+
+# node id -> CPython module name, for every collected conformance test
+_node_module: dict[str, str] = {}
+# node id -> final outcome
+_outcomes: dict[str, str] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _harness.loop_kind()  # validates $CORUN_CONFORMANCE_LOOP early
+
+
+# --------------------------------------------------------------------------- policy
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _conformance_loop_is_under_test() -> None:
+    """Fail loudly if the policy does not produce the loop we claim to test."""
+    impl = _harness.impl()
+    if impl.loop_class is None:
+        return
+    loop = impl.policy_factory().new_event_loop()
+    try:
+        if not isinstance(loop, impl.loop_class):
+            pytest.fail(
+                f"{impl.policy_factory.__qualname__}().new_event_loop() returned "
+                f"{type(loop).__qualname__}, not {impl.loop_class.__qualname__}",
+                pytrace=False,
+            )
+    finally:
+        loop.close()
+
+
+@pytest.fixture(autouse=True)
+def _conformance_event_loop_policy() -> Iterator[None]:
+    """Every loop the CPython test asks the policy for is the loop under test.
+
+    The CPython modules' ``tearDownModule`` (which resets the policy) is not
+    collected; restoring the previous policy here does its job per test.
+    """
+    previous = getattr(asyncio.events, "_event_loop_policy", None)
+    asyncio.set_event_loop_policy(_harness.impl().policy_factory())
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(previous)
+
+
+# --------------------------------------------------------------------------- exclusions
+
+
+def _cpython_module_of(item: pytest.Item) -> str | None:
+    module = item.getparent(pytest.Module)
+    if module is None:
+        return None
+    name = getattr(module.obj, _harness.MODULE_ATTR, None)
+    return name if isinstance(name, str) else None
+
+
+def _exclusion_for(item: pytest.Item, module_name: str) -> tuple[str, str] | None:
+    class_name = item.parent.name if item.parent is not None else ""
+    candidates = (
+        item.nodeid,
+        f"{module_name}::{class_name}::{item.name}",
+        f"{module_name}::{class_name}",
+        module_name,
+    )
+    for key in candidates:
+        if key in EXCLUSIONS:
+            return key, EXCLUSIONS[key]
+    return None
+
+
+def _check_exclusion_keys(seen_modules: dict[str, Any], used: set[str]) -> None:
+    """Warn about exclusion keys that name nothing in a collected module."""
+    for key in EXCLUSIONS:
+        if key in used or "/" in key or ".py" in key:
+            continue
+        module_name, _, rest = key.partition("::")
+        module_obj = seen_modules.get(module_name)
+        if module_obj is None:
+            continue  # module not collected in this run (or not importable)
+        class_name, _, method = rest.partition("::")
+        cls = getattr(module_obj, class_name, None) if class_name else module_obj
+        if cls is None or (method and not callable(getattr(cls, method, None))):
+            warnings.warn(
+                pytest.PytestWarning(f"conformance exclusion {key!r} matches no test"),
+                stacklevel=1,
+            )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    apply_exclusions = _harness.loop_kind() == "corun"
+    seen_modules: dict[str, Any] = {}
+    used: set[str] = set()
+    for item in items:
+        module_name = _cpython_module_of(item)
+        if module_name is None:
+            continue
+        _node_module[item.nodeid] = module_name
+        parent = item.getparent(pytest.Module)
+        if parent is not None:
+            seen_modules[module_name] = parent.obj
+        if not apply_exclusions:
+            continue
+        found = _exclusion_for(item, module_name)
+        if found is None:
+            continue
+        key, reason = found
+        used.add(key)
+        if reason.startswith(SKIP_PREFIX):
+            item.add_marker(pytest.mark.skip(reason=f"[corun] {reason[len(SKIP_PREFIX) :]}"))
+        else:
+            item.add_marker(pytest.mark.xfail(reason=f"[corun] {reason}", strict=True))
+    if apply_exclusions:
+        _check_exclusion_keys(seen_modules, used)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _classify(report: pytest.TestReport) -> str | None:
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "call":
+        if xfail:
+            return "xfailed" if report.skipped else "xpassed"
+        return report.outcome
+    if report.failed:
+        return "error"
+    if report.when == "setup" and report.skipped:
+        return "xfailed" if xfail else "skipped"
+    return None
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.nodeid not in _node_module:
+        return
+    outcome = _classify(report)
+    if outcome is None:
+        return
+    if report.nodeid not in _outcomes or outcome in ("failed", "error"):
+        _outcomes[report.nodeid] = outcome
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not _outcomes:
+        return
+    per_module: dict[str, Counter[str]] = {}
+    for nodeid, outcome in _outcomes.items():
+        per_module.setdefault(_node_module[nodeid], Counter())[outcome] += 1
+
+    impl_name = _harness.loop_kind()
+    extras = "on" if _harness.extras_enabled() else "off"
+    version = ".".join(map(str, sys.version_info[:3]))
+    tr = terminalreporter
+    tr.write_sep("=", f"CPython {version} test.test_asyncio conformance: loop={impl_name}")
+    width = max(12, *(len(m) for m in per_module))
+    header = f"{'module':<{width}}" + "".join(f"{o:>9}" for o in (*OUTCOMES, "total"))
+    tr.write_line(header)
+    totals: Counter[str] = Counter()
+    for module_name, counts in per_module.items():
+        totals.update(counts)
+        row = "".join(f"{counts[o]:>9}" for o in OUTCOMES)
+        tr.write_line(f"{module_name:<{width}}{row}{sum(counts.values()):>9}")
+    row = "".join(f"{totals[o]:>9}" for o in OUTCOMES)
+    tr.write_line(f"{'TOTAL':<{width}}{row}{sum(totals.values()):>9}")
+    applied = "applied" if impl_name == "corun" else "not applied to the stdlib baseline"
+    tr.write_line(
+        f"({_harness.ENV_LOOP}={impl_name}, {_harness.ENV_EXTRA}={extras}, "
+        f"{len(EXCLUSIONS)} exclusion entries, {applied})"
+    )
