@@ -1,0 +1,119 @@
+"""What corun's transports share: write flow control and fatal-error reporting.
+
+The subclasses (stream sockets, datagrams, pipes) keep their own buffers;
+this class only decides, from ``get_write_buffer_size()``, when to call the
+protocol's ``pause_writing()`` and ``resume_writing()``, as asyncio specifies:
+pause once the buffer grows above the high-water mark, resume once it drains
+to the low-water mark or below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Final
+
+from corun.runtime.core import LoopCore
+
+logger: Final = logging.getLogger("asyncio")
+
+#: asyncio's default high-water mark for a transport's write buffer.
+DEFAULT_HIGH_WATER: Final = 64 * 1024
+
+
+class FlowControlTransport(asyncio.Transport):
+    """A transport with a write buffer and high/low water marks.
+
+    Subclasses set ``_protocol`` and implement ``get_write_buffer_size()``
+    and ``_force_close(exc)``.
+    """
+
+    def __init__(self, loop: LoopCore, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(extra)
+        self._loop: LoopCore = loop
+        self._protocol: Any = None
+        # Invariant: _protocol_paused is True between a pause_writing() call
+        # and the matching resume_writing() call.
+        self._protocol_paused: bool = False
+        self._high_water: int = DEFAULT_HIGH_WATER
+        self._low_water: int = DEFAULT_HIGH_WATER // 4
+        self._set_write_buffer_limits()
+
+    def _maybe_pause_protocol(self) -> None:
+        if self.get_write_buffer_size() <= self._high_water or self._protocol_paused:
+            return
+        self._protocol_paused = True
+        try:
+            self._protocol.pause_writing()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._loop.call_exception_handler(
+                {
+                    "message": "protocol.pause_writing() failed",
+                    "exception": exc,
+                    "transport": self,
+                    "protocol": self._protocol,
+                }
+            )
+
+    def _maybe_resume_protocol(self) -> None:
+        if self._protocol_paused and self.get_write_buffer_size() <= self._low_water:
+            self._protocol_paused = False
+            try:
+                self._protocol.resume_writing()
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._loop.call_exception_handler(
+                    {
+                        "message": "protocol.resume_writing() failed",
+                        "exception": exc,
+                        "transport": self,
+                        "protocol": self._protocol,
+                    }
+                )
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        """``(low, high)``: the water marks of the write buffer."""
+        return (self._low_water, self._high_water)
+
+    def _set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if high is None:
+            high = DEFAULT_HIGH_WATER if low is None else 4 * low
+        if low is None:
+            low = high // 4
+        if not high >= low >= 0:
+            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
+        self._high_water = high
+        self._low_water = low
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        """Set the water marks (defaults: 64 KiB high, a quarter of it low)."""
+        self._set_write_buffer_limits(high=high, low=low)
+        self._maybe_pause_protocol()
+
+    def get_write_buffer_size(self) -> int:
+        """Bytes buffered and not yet written."""
+        raise NotImplementedError  # every subclass defines it
+
+    def _force_close(self, exc: BaseException | None) -> None:
+        raise NotImplementedError  # every subclass defines it
+
+    def _fatal_error(self, exc: BaseException, message: str = "Fatal error on transport") -> None:
+        """Report ``exc`` (unless it is an ordinary connection error) and close at once."""
+        if isinstance(exc, OSError):
+            # Resets, broken pipes and the like are the peer's doing, not bugs:
+            # the protocol hears of them through connection_lost(exc).
+            if self._loop.get_debug():
+                logger.debug("%r: %s", self, message, exc_info=True)
+        elif not isinstance(exc, asyncio.CancelledError):
+            self._loop.call_exception_handler(
+                {
+                    "message": message,
+                    "exception": exc,
+                    "transport": self,
+                    "protocol": self._protocol,
+                }
+            )
+        self._force_close(exc)
