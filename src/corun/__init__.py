@@ -5,10 +5,10 @@ asyncio with ``asyncio.Runner(loop_factory=corun.new_event_loop)`` or
 ``corun.install()``.
 """
 
+from corun.runtime.core import LoopStatistics
 from corun.runtime.futures import Future
 from corun.runtime.handles import Handle
 from corun.runtime.instruments import Instrument
-from corun.runtime.core import LoopStatistics
 from corun.runtime.loop import EventLoop
 from corun.runtime.runner import EventLoopPolicy, install, new_event_loop, run
 from corun.runtime.tasks import Task
