@@ -28,6 +28,8 @@ class FlowControlTransport(asyncio.Transport):
     and ``_force_close(exc)``.
     """
 
+    _extra: dict[str, Any]  # set by asyncio.BaseTransport.__init__
+
     def __init__(self, loop: LoopCore, extra: dict[str, Any] | None = None) -> None:
         super().__init__(extra)
         self._loop: LoopCore = loop
