@@ -17,9 +17,25 @@ this harness does the same with corun:
 ``asyncio.Future``/``asyncio.Task``, i.e. the C classes) so the very same
 node ids give the stdlib baseline.  corun is not imported in that mode.
 
+* Suites written against a *loop class* (``EventLoopTestsMixin``,
+  ``BaseSockTestsMixin``, ``SendfileTestsBase``, ``BaseStartServer``, ...)
+  are bound CPython's way, with ``create_event_loop()``/``new_loop()``
+  returning :attr:`Impl.new_event_loop` (``corun.new_event_loop``) in place
+  of ``asyncio.SelectorEventLoop``.  See the network modules below.
+
+``CORUN_CONFORMANCE_LOOP=asyncio`` binds the stdlib instead (default policy,
+``asyncio.Future``/``asyncio.Task``, i.e. the C classes, and
+``asyncio.SelectorEventLoop`` with its default epoll selector) so the very
+same node ids give the stdlib baseline.  corun is not imported in that mode.
+
 ``CORUN_CONFORMANCE_EXTRA=1`` additionally collects a few loop-generic classes
 that are not part of the issue's 398-test set (see ``test_cpython_tasks.py``
 and ``test_cpython_futures2.py``).
+
+The network suites (``test_events``, ``test_sock_lowlevel``,
+``test_sendfile``, ``test_streams``, ``test_ssl``, ``test_sslproto``,
+``test_server``, ``test_subprocess``, ``test_buffered_proto``,
+``test_protocols``: 385 tests) are bound the same way.
 """
 
 from __future__ import annotations
@@ -52,8 +68,12 @@ def loop_kind() -> str:
     return kind
 
 
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def extras_enabled() -> bool:
-    return os.environ.get(ENV_EXTRA, "").strip().lower() in ("1", "true", "yes", "on")
+    return _flag(ENV_EXTRA)
 
 
 @dataclass(frozen=True)
@@ -65,6 +85,8 @@ class Impl:
     Task: type[Any]
     policy_factory: Callable[[], asyncio.AbstractEventLoopPolicy]
     loop_class: type[Any] | None
+    #: What the loop-class bindings' ``create_event_loop()``/``new_loop()`` return.
+    new_event_loop: Callable[[], asyncio.AbstractEventLoop]
 
 
 @functools.cache
@@ -78,6 +100,9 @@ def impl() -> Impl:
             Task=asyncio.Task,
             policy_factory=asyncio.DefaultEventLoopPolicy,
             loop_class=None,
+            # CPython's EPollEventLoopTests: SelectorEventLoop's default
+            # selector on Linux is epoll.
+            new_event_loop=asyncio.SelectorEventLoop,
         )
     import corun  # deliberately not guarded: a broken corun must fail loudly
 
@@ -87,6 +112,7 @@ def impl() -> Impl:
         Task=corun.Task,
         policy_factory=corun.EventLoopPolicy,
         loop_class=corun.EventLoop,
+        new_event_loop=corun.new_event_loop,
     )
 
 

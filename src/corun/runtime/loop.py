@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from corun.runtime import connections, dns, pipes, sendfile, servers, sockets, subprocesses
+from corun.runtime import connections, dns, pipes, sendfile, servers, sockets, subprocesses, tls
 from corun.runtime.core import LoopCore
 
 _ProtocolFactory = Callable[[], asyncio.BaseProtocol]
@@ -356,4 +357,34 @@ class EventLoop(LoopCore):
             errors=errors,
             text=text,
             **kwargs,
+        )
+
+    # --- TLS ---
+
+    async def start_tls(
+        self,
+        transport: asyncio.BaseTransport,
+        protocol: asyncio.BaseProtocol,
+        sslcontext: ssl.SSLContext,
+        *,
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        ssl_handshake_timeout: float | None = None,
+        ssl_shutdown_timeout: float | None = None,
+    ) -> asyncio.Transport:
+        """Upgrade ``transport`` to TLS (STARTTLS); return the transport to use now.
+
+        See ``tls.start_tls``: the handshake runs over the existing connection,
+        ``protocol`` gets no second ``connection_made``, and ``transport`` is
+        closed if the handshake fails or this call is cancelled.
+        """
+        return await tls.start_tls(
+            self,
+            transport,
+            protocol,
+            sslcontext,
+            server_side=server_side,
+            server_hostname=server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
         )

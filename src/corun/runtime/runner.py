@@ -13,9 +13,7 @@ _T = TypeVar("_T")
 
 def new_event_loop() -> EventLoop:
     """A new corun event loop (pass this as ``asyncio.Runner(loop_factory=...)``)."""
-    # The network half of AbstractEventLoop (sockets, transports,
-    # subprocesses) is not implemented yet: mypy sees those methods as abstract.
-    return EventLoop()  # type: ignore[abstract]
+    return EventLoop()
 
 
 def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from corun.runtime.core import LoopCore
 from corun.runtime.futures import Future
-from corun.runtime.sockets import check_sendfile_params, sock_sendfile
+from corun.runtime.sockets import check_file_params, sock_sendfile
 
 try:
     from asyncio.constants import _SendfileMode
@@ -155,9 +155,7 @@ async def sendfile(
     mode = getattr(transport, "_sendfile_compatible", _UNSUPPORTED)
     if mode is _UNSUPPORTED:
         raise RuntimeError(f"sendfile is not supported for transport {transport!r}")
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        check_sendfile_params(sock, file, offset, count)
+    check_file_params(file, offset, count)
     if mode is _TRY_NATIVE:
         try:
             return await _sendfile_native(loop, transport, file, offset, count)

@@ -21,6 +21,7 @@ import itertools
 import os
 import socket
 import stat
+import sys
 import weakref
 from asyncio import trsock
 from collections.abc import Callable, Iterable
@@ -30,6 +31,9 @@ from corun.runtime.core import LoopCore
 from corun.runtime.futures import Future
 from corun.runtime.streams import StreamTransport
 from corun.runtime.transport_base import logger
+
+# Python 3.12.1 made wait_closed() wait for the connections of a closed server.
+_WAIT_FOR_CONNECTIONS: Final = sys.version_info >= (3, 12, 1)
 
 #: Seconds to wait before accepting again after running out of fds.
 ACCEPT_RETRY_DELAY: Final = 1.0
@@ -232,8 +236,12 @@ class Server(asyncio.AbstractServer):
             self._serving_forever_fut = None
 
     async def wait_closed(self) -> None:
-        """Wait until the server is closed and all its connections are gone."""
-        if self._waiters is None:
+        """Wait until the server is closed and all its connections are gone.
+
+        On Python 3.11 and 3.12.0 it returns at once when the server is closed
+        already, as asyncio did there; later versions wait for connections.
+        """
+        if self._waiters is None or (self._sockets is None and not _WAIT_FOR_CONNECTIONS):
             return
         waiter: Future[Any] = self._loop.create_future()
         self._waiters.append(waiter)

@@ -266,11 +266,18 @@ async def sock_accept(loop: LoopCore, sock: socket.socket) -> tuple[socket.socke
 
 
 def check_sendfile_params(sock: socket.socket, file: Any, offset: object, count: object) -> None:
-    """asyncio's argument checks for sock_sendfile and sendfile."""
+    """asyncio's argument checks for sock_sendfile."""
     if "b" not in getattr(file, "mode", "b"):
         raise ValueError("file should be opened in binary mode")
     if not sock.type == socket.SOCK_STREAM:
         raise ValueError("only SOCK_STREAM type sockets are supported")
+    check_file_params(file, offset, count)
+
+
+def check_file_params(file: Any, offset: object, count: object) -> None:
+    """asyncio's checks of sendfile's file, offset and count."""
+    if "b" not in getattr(file, "mode", "b"):
+        raise ValueError("file should be opened in binary mode")
     if count is not None:
         if not isinstance(count, int):
             raise TypeError(f"count must be a positive integer (got {count!r})")

@@ -1,8 +1,8 @@
 """Subprocess transports: ``loop.subprocess_exec`` and ``loop.subprocess_shell``.
 
 The child is spawned with ``subprocess.Popen`` in the loop thread. Its stdio
-pipes become ``pipes.ReadPipeTransport`` / ``WritePipeTransport`` objects,
-and the protocol sees what asyncio's would, in the same order:
+pipes are connected through ``loop.connect_write_pipe`` / ``connect_read_pipe``
+(``pipes.py``), and the protocol sees what asyncio's would, in the same order:
 ``connection_made``, then ``pipe_data_received`` / ``pipe_connection_lost``
 as the pipes deliver, ``process_exited`` once the child is reaped, and
 ``connection_lost(None)`` last, only when the child exited *and* every pipe
@@ -61,7 +61,7 @@ from typing import IO, Any, Final, TypeAlias
 
 from corun.runtime.core import LoopCore
 from corun.runtime.futures import Future
-from corun.runtime.pipes import ProtocolT, ReadPipeTransport, WritePipeTransport
+from corun.runtime.pipes import ProtocolT
 
 logger: Final = logging.getLogger("asyncio")
 
@@ -121,6 +121,10 @@ class _PipeEndpoint(asyncio.Protocol):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} fd={self.fd} pipe={self.pipe!r}>"
+
+    def itself(self) -> _PipeEndpoint:
+        """The protocol factory for ``connect_*_pipe``: this endpoint."""
+        return self
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.pipe = transport
@@ -264,10 +268,13 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         super().__init__(extra)
         # Invariant: _pending_calls holds the protocol callbacks due before
         # connection_made has been scheduled, and is None afterwards; each
-        # protocol callback is scheduled with call_soon, in order.
-        # _returncode is set once, by _process_exited. connection_lost is
-        # scheduled once (_finished), after _returncode is set and every
-        # pipe disconnected; it clears _proc, _protocol and _exit_waiters.
+        # protocol callback is scheduled with call_soon, in order (none at
+        # all if _connect_failed: the protocol never got connection_made).
+        # _pipes has an endpoint for each fd created with PIPE; its pipe is
+        # None until connected. _returncode is set once, by _process_exited.
+        # connection_lost is scheduled once (_finished), after _returncode is
+        # set and every pipe disconnected; it clears _proc, _protocol and
+        # _exit_waiters.
         self._loop: LoopCore = loop
         self._protocol: Any = protocol
         self._proc: subprocess.Popen[bytes] | None = proc
@@ -275,28 +282,17 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         self._returncode: int | None = None
         self._closed: bool = True  # until __init__ succeeds: __del__ must not warn
         self._finished: bool = False
+        self._connect_failed: bool = False
         self._exit_waiters: list[Future[int]] | None = []
         self._pending_calls: deque[_PendingCall] | None = deque()
         self._pipes: dict[int, _PipeEndpoint] = {}
+        for fd, pipe in enumerate((proc.stdin, proc.stdout, proc.stderr)):
+            if pipe is not None:
+                self._pipes[fd] = _PipeEndpoint(self, fd)
         self._watcher: _ChildWatcher = _ChildWatcher(loop, self, proc.pid)
-
-        # Pipe transports schedule their connection_made now, so they run
-        # before the protocol's connection_made (scheduled by _connected).
-        if proc.stdin is not None:
-            endpoint = _PipeEndpoint(self, 0)
-            endpoint.pipe = WritePipeTransport(loop, proc.stdin, endpoint)
-            self._pipes[0] = endpoint
-        if proc.stdout is not None:
-            endpoint = _PipeEndpoint(self, 1)
-            endpoint.pipe = ReadPipeTransport(loop, proc.stdout, endpoint)
-            self._pipes[1] = endpoint
-        if proc.stderr is not None:
-            endpoint = _PipeEndpoint(self, 2)
-            endpoint.pipe = ReadPipeTransport(loop, proc.stderr, endpoint)
-            self._pipes[2] = endpoint
         self._watcher.start()
+        loop.create_task(self._connect_pipes(proc, waiter))
         self._closed = False
-        loop.call_soon(self._connected, waiter)
 
         if loop.get_debug():
             args = proc.args
@@ -330,16 +326,62 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             )
             self.close()
 
-    def _connected(self, waiter: Future[None] | None) -> None:
+    async def _connect_pipes(
+        self, proc: subprocess.Popen[bytes], waiter: Future[None] | None
+    ) -> None:
+        """Wrap the child's pipes in transports, then connect the protocol.
+
+        The pipes go through the loop's own ``connect_write_pipe`` and
+        ``connect_read_pipe``, as in asyncio, so a subclass or a test that
+        wraps those methods sees these pipes too.
+        """
         loop = self._loop
-        loop.call_soon(self._protocol.connection_made, self)
-        pending = self._pending_calls
+        try:
+            for fd, pipe in enumerate((proc.stdin, proc.stdout, proc.stderr)):
+                if pipe is None:
+                    continue
+                endpoint = self._pipes[fd]
+                if fd == 0:
+                    transport: asyncio.BaseTransport
+                    transport, _ = await loop.connect_write_pipe(endpoint.itself, pipe)
+                else:
+                    transport, _ = await loop.connect_read_pipe(endpoint.itself, pipe)
+                endpoint.pipe = transport
+                if self._closed:
+                    transport.close()  # close() ran before this pipe was connected
+            loop.call_soon(self._protocol.connection_made, self)
+            pending = self._pending_calls
+            self._pending_calls = None
+            if pending is not None:
+                for callback, args in pending:
+                    loop.call_soon(callback, *args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._abandon_protocol(proc)
+            if waiter is not None and not waiter.cancelled():
+                waiter.set_exception(exc)
+        else:
+            if waiter is not None and not waiter.cancelled():
+                waiter.set_result(None)
+
+    def _abandon_protocol(self, proc: subprocess.Popen[bytes]) -> None:
+        """The pipes could not all be connected: the protocol never hears of the child.
+
+        The transport still reaps the child and completes ``_wait()``, so the
+        caller can kill it and wait, as ``subprocess_exec`` does.
+        """
+        self._connect_failed = True
         self._pending_calls = None
-        if pending is not None:
-            for callback, args in pending:
-                loop.call_soon(callback, *args)
-        if waiter is not None and not waiter.cancelled():
-            waiter.set_result(None)
+        for fd, pipe in enumerate((proc.stdin, proc.stdout, proc.stderr)):
+            endpoint = self._pipes.get(fd)
+            if endpoint is None or endpoint.pipe is not None:
+                continue
+            endpoint.disconnected = True
+            endpoint.owner = None
+            if pipe is not None:
+                pipe.close()
+        self._try_finish()
 
     # --- the asyncio.SubprocessTransport interface ---------------------------
 
@@ -428,6 +470,11 @@ class SubprocessTransport(asyncio.SubprocessTransport):
     # --- events from the pipes and the watcher -------------------------------
 
     def _call(self, callback: Callable[..., object], *args: Any) -> None:
+        if self._connect_failed:
+            return
+        self._schedule(callback, *args)
+
+    def _schedule(self, callback: Callable[..., object], *args: Any) -> None:
         pending = self._pending_calls
         if pending is not None:
             pending.append((callback, args))
@@ -477,11 +524,12 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             if not endpoint.disconnected:
                 return
         self._finished = True
-        self._call(self._call_connection_lost, None)
+        self._schedule(self._call_connection_lost, None)
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         try:
-            self._protocol.connection_lost(exc)
+            if not self._connect_failed:
+                self._protocol.connection_lost(exc)
         finally:
             # Wake up the futures waiting in _wait().
             waiters = self._exit_waiters

@@ -52,6 +52,19 @@ _task_name_counter: Final = itertools.count(1)
 _UNCANCEL_CLEARS_PENDING: Final = sys.version_info >= (3, 13)
 
 
+def _drop_own_frame(exc: BaseException) -> None:
+    """Remove the step's own frame from the traceback of what the coroutine raised.
+
+    That frame holds the task (``self``), and the task holds the exception:
+    a reference cycle that would keep the task, its coroutine and everything
+    they reference alive until the garbage collector runs. The frame says
+    nothing useful to the reader of the traceback either.
+    """
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        exc.__traceback__ = tb.tb_next
+
+
 class Task(Future[_T]):
     """A coroutine wrapped in a Future, run by the event loop.
 
@@ -273,6 +286,7 @@ class Task(Future[_T]):
             else:
                 result = coro.throw(exc)
         except StopIteration as stop:
+            exc = None
             if self._must_cancel:
                 # The task was cancelled while running its last step.
                 self._must_cancel = False
@@ -280,12 +294,17 @@ class Task(Future[_T]):
             else:
                 Future.set_result(self, stop.value)
         except CancelledError as cancelled:
+            exc = None
+            _drop_own_frame(cancelled)
             self._cancelled_exc = cancelled  # re-raised by result() with its traceback
             Future.cancel(self)
         except (KeyboardInterrupt, SystemExit) as error:
+            exc = None
             Future.set_exception(self, error)
             raise
         except BaseException as error:
+            exc = None
+            _drop_own_frame(error)
             Future.set_exception(self, error)
         else:
             self.__handle_yield(result)
