@@ -160,6 +160,10 @@ def test_cancelling_awaiter_cancels_pending_job(loop):
             blocker = loop.run_in_executor(ex, gate.wait, 5)
             queued = loop.run_in_executor(ex, ran.append, 1)  # waits behind blocker
             queued.cancel()
+            # The cancel reaches the concurrent future through a done callback,
+            # i.e. on the next iteration (on every loop): let it land before the
+            # worker thread is released, or the worker may start the job first.
+            await asyncio.sleep(0)
             gate.set()
             await blocker
             await asyncio.sleep(0.02)

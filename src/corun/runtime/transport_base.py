@@ -21,6 +21,21 @@ logger: Final = logging.getLogger("asyncio")
 DEFAULT_HIGH_WATER: Final = 64 * 1024
 
 
+def water_marks(high: int | None, low: int | None, default_kib: int) -> tuple[int, int]:
+    """``(high, low)`` water marks, with asyncio's defaults and checks.
+
+    Without arguments, ``high`` is ``default_kib`` KiB; a missing ``low`` is a
+    quarter of ``high``, a missing ``high`` four times ``low``.
+    """
+    if high is None:
+        high = default_kib * 1024 if low is None else 4 * low
+    if low is None:
+        low = high // 4
+    if not high >= low >= 0:
+        raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
+    return high, low
+
+
 class FlowControlTransport(asyncio.Transport):
     """A transport with a write buffer and high/low water marks.
 
@@ -81,14 +96,7 @@ class FlowControlTransport(asyncio.Transport):
         return (self._low_water, self._high_water)
 
     def _set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        if high is None:
-            high = DEFAULT_HIGH_WATER if low is None else 4 * low
-        if low is None:
-            low = high // 4
-        if not high >= low >= 0:
-            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
-        self._high_water = high
-        self._low_water = low
+        self._high_water, self._low_water = water_marks(high, low, DEFAULT_HIGH_WATER // 1024)
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         """Set the water marks (defaults: 64 KiB high, a quarter of it low)."""
