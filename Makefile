@@ -1,8 +1,10 @@
 # corun developer entry points. Every target creates/uses ./.venv on its own.
-#   make install   create .venv and install corun editable with dev extras
+#   make install   create .venv and install corun editable with dev extras, compiled
+#                  with mypyc (CORUN_PURE=1 make install: the pure-Python build)
 #   make test      full pytest suite (our tests + CPython asyncio conformance)
 #   make demo      run examples/demo.py under corun
 #   make lint      ruff check, ruff format --check, mypy --strict src
+#   make test-pure the whole suite again on the pure-Python build (in .venv-pure)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,20 +12,35 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.install-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install test conformance conformance-baseline demo bench lint clean
+.PHONY: install test test-pure conformance conformance-baseline demo bench lint clean
 
 install: $(STAMP)
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
-# Re-installs only when pyproject.toml changes (or the venv was removed).
-$(STAMP): pyproject.toml | $(VPY)
+# The compiled modules are built in place next to their sources, so they must be
+# rebuilt whenever a source changes: a stale .so would shadow the edited .py.
+RUNTIME_SOURCES := $(wildcard src/corun/runtime/*.py)
+
+# Re-installs when the build inputs change (or the venv was removed).
+$(STAMP): pyproject.toml setup.py $(RUNTIME_SOURCES) | $(VPY)
+	find src -name '*.so' -delete
 	$(VPY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(VPY) -c 'import corun; print("corun build:", "compiled" if corun.COMPILED else "pure Python")'
 	@touch $@
 
 test: install
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The same suite on the pure-Python build, installed (not editable) in its own venv
+# so that the compiled modules next to the sources cannot be picked up.
+PURE_VENV := .venv-pure
+test-pure:
+	[ -x $(PURE_VENV)/bin/python ] || $(PYTHON) -m venv $(PURE_VENV)
+	CORUN_PURE=1 $(PURE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '.[dev]'
+	cd tests && ../$(PURE_VENV)/bin/python -c 'import corun; assert not corun.COMPILED; print("corun build: pure Python")'
+	$(PURE_VENV)/bin/python -m pytest -p no:cacheprovider --rootdir=. -c pyproject.toml $(PYTEST_ARGS)
 
 # Only the CPython asyncio suites, against corun's loop.
 conformance: install
@@ -36,12 +53,25 @@ conformance-baseline: install
 demo: install
 	$(VENV)/bin/corun run examples/demo.py
 
+# The benchmark suite (benchmarks/README.md): corun vs asyncio vs uvloop. Installs wrk
+# (Debian package) and the `bench` extra (uvloop) when missing, without reinstalling corun.
+# Options go through BENCH_ARGS, e.g. `make bench BENCH_ARGS="--quick --only echo"`.
 bench: install
-	@if [ -d benchmarks ]; then \
-		$(VPY) -m benchmarks; \
-	else \
-		echo "No benchmarks yet: benchmarks/ arrives with the speed issue."; \
-	fi
+	@command -v wrk >/dev/null 2>&1 || { \
+		if command -v apt-get >/dev/null 2>&1; then \
+			SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO="sudo -n"; \
+			echo "bench: installing wrk (apt-get)"; \
+			{ $$SUDO apt-get update -qq && \
+			  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; } || \
+			echo "bench: could not install wrk; HTTP load comes from benchmarks/loadgen instead"; \
+		else \
+			echo "bench: no wrk and no apt-get; HTTP load comes from benchmarks/loadgen instead"; \
+		fi; }
+	@$(VPY) -c 'import uvloop' 2>/dev/null || { \
+		$(VPY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"])' \
+		| xargs $(VPY) -m pip install --quiet --disable-pip-version-check || \
+		echo "bench: could not install uvloop; the suite runs without it"; }
+	$(VPY) -m benchmarks $(BENCH_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -49,6 +79,6 @@ lint: install
 	$(VENV)/bin/mypy --strict src
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(PURE_VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
 	find src -name '*.so' -delete

@@ -16,7 +16,18 @@ from corun.runtime.timers import TimerHandle
 
 __version__ = "0.1.0"
 
+
+def _is_compiled() -> bool:
+    from corun.runtime import core
+
+    return not core.__file__.endswith((".py", ".pyc"))
+
+
+#: True when the mypyc-compiled build is loaded, False for the pure-Python build.
+COMPILED: bool = _is_compiled()
+
 __all__ = [
+    "COMPILED",
     "EventLoop",
     "EventLoopPolicy",
     "Future",

@@ -26,7 +26,7 @@ from asyncio import staggered
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from corun.runtime.core import LoopCore, logger
+from corun.runtime.core import LoopCore, as_asyncio_loop, logger
 from corun.runtime.datagrams import DatagramTransport
 from corun.runtime.dns import AddrInfo, ensure_resolved
 from corun.runtime.futures import Future
@@ -43,7 +43,7 @@ def make_tls_transport(
     rawsock: socket.socket,
     protocol: asyncio.BaseProtocol,
     sslcontext: ssl_module.SSLContext | None,
-    waiter: Future[Any],
+    waiter: Future,
     *,
     server_side: bool = False,
     server_hostname: str | None = None,
@@ -61,7 +61,7 @@ def make_tls_transport(
         if not server_hostname:
             sslcontext.check_hostname = False
     tls_protocol = TLSProtocol(
-        loop,
+        as_asyncio_loop(loop),
         protocol,
         sslcontext,
         waiter,
@@ -88,7 +88,7 @@ async def connect_transport(
     """Wrap a connected socket in a (TLS) transport; wait for connection_made."""
     sock.setblocking(False)
     protocol = protocol_factory()
-    waiter: Future[None] = loop.create_future()
+    waiter: Future = loop.create_future()
     transport: asyncio.Transport
     if ssl:
         sslcontext = None if isinstance(ssl, bool) else ssl
@@ -490,7 +490,7 @@ async def create_datagram_endpoint(
         else:
             raise exceptions[0]
     protocol = protocol_factory()
-    waiter: Future[None] = loop.create_future()
+    waiter: Future = loop.create_future()
     assert sock is not None
     transport = DatagramTransport(loop, sock, protocol, r_addr, waiter)
     try:

@@ -51,13 +51,16 @@ from asyncio import timeout as _timeout
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeAlias, TypeVar, TypeVarTuple, Unpack
+from typing import Any, Final, Protocol, TypeAlias, TypeVar, TypeVarTuple, Unpack, cast
+
+from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import DEBUG_STACK_DEPTH
 from corun.runtime.futures import Future
 from corun.runtime.handles import Handle
 from corun.runtime.instruments import Instrument, Instruments
 from corun.runtime.io_epoll import EpollIO
+from corun.runtime.task_core import TaskCore
 from corun.runtime.tasks import Task
 from corun.runtime.timers import TimerHandle, TimerQueue
 
@@ -73,8 +76,13 @@ class _HasFileno(Protocol):
 
 
 FileDescriptorLike: TypeAlias = "int | _HasFileno"
-_ExceptionHandler = Callable[[AbstractEventLoop, dict[str, Any]], object]
+_ExceptionHandler = Callable[[Any, dict[str, Any]], object]
 _TaskFactory = Callable[..., Any]
+
+
+def as_asyncio_loop(loop: LoopCore) -> AbstractEventLoop:
+    """``loop`` as the type checker should see it: every LoopCore is an EventLoop."""
+    return cast(AbstractEventLoop, loop)
 
 
 def _is_debug_mode() -> bool:
@@ -115,7 +123,7 @@ def _sighandler_noop(signum: int, frame: object) -> None:
 def _format_handle(handle: Handle) -> str:
     callback = handle._callback
     owner = getattr(callback, "__self__", None)
-    if isinstance(owner, Task):
+    if isinstance(owner, TaskCore):
         # A task's step: name the task, which says more than "Task.__step".
         return repr(owner)
     return str(handle)
@@ -139,10 +147,14 @@ class LoopStatistics:
     instruments: int
 
 
-class LoopCore(AbstractEventLoop):
+@mypyc_attr(allow_interpreted_subclasses=True)
+class LoopCore:
     """The core of corun's event loop: a ready queue, a timer heap and epoll.
 
-    Not used directly: ``corun.EventLoop`` is the complete loop.
+    Not used directly: ``corun.EventLoop`` (``loop.py``) is the complete loop.
+    It is a compiled class with no Python base class; ``EventLoop`` adds
+    ``asyncio.AbstractEventLoop`` as a second base, which a compiled class
+    cannot have (as uvloop's ``Loop`` does over its Cython base).
     """
 
     def __init__(self) -> None:
@@ -220,7 +232,7 @@ class LoopCore(AbstractEventLoop):
                 firstiter=self._asyncgen_firstiter_hook,
                 finalizer=self._asyncgen_finalizer_hook,
             )
-            _events._set_running_loop(self)
+            _events._set_running_loop(as_asyncio_loop(self))
             while True:
                 self._run_once()
                 if self._stopping:
@@ -237,7 +249,7 @@ class LoopCore(AbstractEventLoop):
         self._check_closed()
         self._check_running()
         new_task = not isfuture(future)
-        task: Any = ensure_future(future, loop=self)  # type: ignore[arg-type]
+        task: Any = ensure_future(future, loop=as_asyncio_loop(self))  # type: ignore[arg-type]
         if new_task:
             # We created it; if the loop stops early, the caller gets an
             # error from here, so don't also log that it was destroyed pending.
@@ -382,7 +394,7 @@ class LoopCore(AbstractEventLoop):
         if not callable(callback):
             raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")
 
-    def call_soon(  # type: ignore[override]  # corun's own handle class
+    def call_soon(
         self,
         callback: Callable[..., object],
         *args: Any,
@@ -401,12 +413,10 @@ class LoopCore(AbstractEventLoop):
         if self._debug or not callable(callback):  # callable() is cheap and rejects coroutines
             self._check_callback(callback, "call_soon")
         handle = Handle(callback, args, self, context)
-        if handle._source_traceback:
-            del handle._source_traceback[-1]
         self._ready.append(handle)
         return handle
 
-    def call_soon_threadsafe(  # type: ignore[override]  # corun's own handle class
+    def call_soon_threadsafe(
         self,
         callback: Callable[..., object],
         *args: Any,
@@ -417,8 +427,6 @@ class LoopCore(AbstractEventLoop):
         if self._debug or not callable(callback):
             self._check_callback(callback, "call_soon_threadsafe")
         handle = Handle(callback, args, self, context)
-        if handle._source_traceback:
-            del handle._source_traceback[-1]
         # Append first, then wake: the loop reads the pipe before it runs the
         # ready queue, so it cannot miss this handle (see _read_from_self).
         self._ready.append(handle)
@@ -427,7 +435,7 @@ class LoopCore(AbstractEventLoop):
             self._write_to_self()
         return handle
 
-    def call_later(  # type: ignore[override]  # corun's own handle class
+    def call_later(
         self,
         delay: float,
         callback: Callable[..., object],
@@ -438,11 +446,9 @@ class LoopCore(AbstractEventLoop):
         if delay is None:
             raise TypeError("delay must not be None")
         timer = self.call_at(self.time() + delay, callback, *args, context=context)
-        if timer._source_traceback:
-            del timer._source_traceback[-1]
         return timer
 
-    def call_at(  # type: ignore[override]  # corun's own handle class
+    def call_at(
         self,
         when: float,
         callback: Callable[..., object],
@@ -458,8 +464,6 @@ class LoopCore(AbstractEventLoop):
         if self._debug or not callable(callback):
             self._check_callback(callback, "call_at")
         timer = TimerHandle(when, callback, args, self, context)
-        if timer._source_traceback:
-            del timer._source_traceback[-1]
         self._timers.push(timer)
         return timer
 
@@ -491,9 +495,9 @@ class LoopCore(AbstractEventLoop):
 
     # --- futures and tasks -------------------------------------------------
 
-    def create_future(self) -> Future[Any]:  # type: ignore[override]  # asyncio's protocol
+    def create_future(self) -> Future:
         """A new corun Future bound to this loop."""
-        return Future(loop=self)
+        return Future(loop=as_asyncio_loop(self))
 
     def create_task(
         self,
@@ -506,9 +510,7 @@ class LoopCore(AbstractEventLoop):
         self._check_closed()
         factory = self._task_factory
         if factory is None:
-            task: Any = Task(coro, loop=self, name=name, context=context)
-            if task._source_traceback:
-                del task._source_traceback[-1]
+            task: Any = Task(coro, loop=as_asyncio_loop(self), name=name, context=context)
         else:
             if context is None:
                 task = factory(self, coro)
@@ -629,7 +631,7 @@ class LoopCore(AbstractEventLoop):
             if executor is None:
                 executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="corun")
                 self._default_executor = executor
-        return wrap_future(executor.submit(func, *args), loop=self)
+        return wrap_future(executor.submit(func, *args), loop=as_asyncio_loop(self))
 
     def set_default_executor(self, executor: Any) -> None:
         """Use ``executor`` (a ThreadPoolExecutor) for ``run_in_executor(None, ...)``."""
@@ -659,7 +661,7 @@ class LoopCore(AbstractEventLoop):
         else:
             thread.join()
 
-    def _do_shutdown(self, executor: concurrent.futures.Executor, future: Future[None]) -> None:
+    def _do_shutdown(self, executor: concurrent.futures.Executor, future: Future) -> None:
         try:
             executor.shutdown(wait=True)
             if not self._closed:

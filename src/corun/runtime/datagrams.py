@@ -34,7 +34,7 @@ class DatagramTransport(FlowControlTransport, asyncio.DatagramTransport):
         sock: socket.socket,
         protocol: asyncio.BaseProtocol,
         address: Any = None,
-        waiter: Future[Any] | None = None,
+        waiter: Future | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(loop, extra)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import reprlib
 import sys
 import traceback
@@ -87,14 +88,21 @@ def format_coroutine(coro: Any) -> str:
     return name
 
 
-def extract_stack(frame: types.FrameType | None = None) -> traceback.StackSummary:
-    """The caller's stack, oldest first, for debug-mode source tracebacks.
+#: Frames of files in this directory are corun's own and left out of source tracebacks.
+_RUNTIME_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-    Source lines are not read here (that is slow); they are looked up when the
-    traceback is formatted.
+
+def extract_stack() -> traceback.StackSummary:
+    """The stack that led into corun, oldest first, for debug-mode source tracebacks.
+
+    It starts at the innermost frame outside corun's runtime package, so it is
+    the same whether corun's own functions are compiled (they then have no
+    frames) or interpreted. Source lines are not read here (that is slow);
+    they are looked up when the traceback is formatted.
     """
-    if frame is None:
-        frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(0)
+    while frame is not None and frame.f_code.co_filename.startswith(_RUNTIME_DIR):
+        frame = frame.f_back
     stack = traceback.StackSummary.extract(
         traceback.walk_stack(frame), limit=DEBUG_STACK_DEPTH, lookup_lines=False
     )

@@ -11,17 +11,17 @@ import contextvars
 import sys
 import traceback
 from asyncio import AbstractEventLoop, CancelledError, InvalidStateError, get_event_loop
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from types import GenericAlias, TracebackType
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, final
+
+from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import (
     extract_stack,
     format_callbacks,
     short_repr,
 )
-
-_T = TypeVar("_T")
 
 # The same strings as asyncio uses, so tools that read ``_state`` keep working.
 PENDING: Final = "PENDING"
@@ -36,7 +36,12 @@ _STOPITERATION_MESSAGE: Final = (
 )
 
 
-class Future(Generic[_T]):
+# TaskCore's interpreted subclass (Task) requires every base to allow them.
+# Not Generic at run time: mypyc gives generic classes a __dict__ and a
+# __weakref__ slot, and its dealloc does not clear weak references (a crash
+# on Python 3.11). Future[int] still works at run time (__class_getitem__).
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Future:
     """A result that will be available later, bound to one event loop.
 
     Not thread-safe: use ``loop.call_soon_threadsafe`` to complete it from
@@ -70,9 +75,12 @@ class Future(Generic[_T]):
         self._asyncio_future_blocking = False
         self._source_traceback: traceback.StackSummary | None = None
         if loop.get_debug():
-            self._source_traceback = extract_stack(sys._getframe(1))
+            self._source_traceback = extract_stack()
 
-    __class_getitem__: Any = classmethod(GenericAlias)
+    @classmethod
+    def __class_getitem__(cls, item: object) -> GenericAlias:
+        """``Future[int]`` in annotations evaluated at run time."""
+        return GenericAlias(cls, item)
 
     # --- reporting ---------------------------------------------------------
 
@@ -163,7 +171,7 @@ class Future(Generic[_T]):
         """Whether the future has a result, an exception, or was cancelled."""
         return self._state != PENDING
 
-    def result(self) -> _T:
+    def result(self) -> Any:
         """The result, or raise the exception that was set.
 
         Raises:
@@ -179,7 +187,7 @@ class Future(Generic[_T]):
         exc = self._exception
         if exc is not None:
             raise exc.with_traceback(self._exception_tb)
-        return self._result  # type: ignore[no-any-return]
+        return self._result
 
     def exception(self) -> BaseException | None:
         """The exception that was set, or None when a result was set.
@@ -221,7 +229,7 @@ class Future(Generic[_T]):
             self._callbacks[:] = kept
         return removed
 
-    def set_result(self, result: _T) -> None:
+    def set_result(self, result: Any) -> None:
         """Mark the future done with ``result`` and schedule its callbacks.
 
         Raises:
@@ -261,12 +269,74 @@ class Future(Generic[_T]):
 
     # --- awaiting ----------------------------------------------------------
 
-    def __await__(self) -> Generator[Any, None, _T]:
-        if self._state == PENDING:
-            self._asyncio_future_blocking = True
-            yield self  # tells the Task driving us to wait for this future
-        if self._state == PENDING:
-            raise RuntimeError("await wasn't used with future")
-        return self.result()
+    def __await__(self) -> Any:
+        return FutureIter(self)
 
-    __iter__ = __await__
+    def __iter__(self) -> Any:
+        return FutureIter(self)
+
+
+@final
+class FutureIter:
+    """What ``await future`` iterates: yields the future once, then returns its result.
+
+    A small object rather than a generator, as asyncio's C Future has: it is
+    cheaper, and ``throw()`` re-raises the exception it is given with its
+    traceback intact (mypyc's compiled generators start a new traceback,
+    which would hide where a cancellation came from).
+    """
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: Future) -> None:
+        self._future: Future | None = future
+
+    def __iter__(self) -> FutureIter:
+        return self
+
+    def __next__(self) -> Any:
+        future = self._future
+        if future is None:
+            raise StopIteration
+        if future._state == PENDING:
+            if not future._asyncio_future_blocking:
+                future._asyncio_future_blocking = True
+                return future  # tells the Task driving us to wait for it
+            raise RuntimeError("await wasn't used with future")
+        self._future = None
+        raise StopIteration(future.result())
+
+    def send(self, value: object) -> Any:
+        """Resume; the value sent is ignored, as asyncio's Future ignores it."""
+        return self.__next__()
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Raise an exception at the ``await``, with generator.throw()'s checks."""
+        if tb is not None and not isinstance(tb, TracebackType):
+            raise TypeError("throw() third argument must be a traceback")
+        exc: BaseException
+        if isinstance(typ, type) and issubclass(typ, BaseException):
+            if val is None:
+                exc = typ()
+            elif isinstance(val, typ):
+                exc = val
+            elif isinstance(val, tuple):
+                exc = typ(*val)
+            else:
+                exc = typ(val)
+        elif isinstance(typ, BaseException):
+            if val is not None:
+                raise TypeError("instance exception may not have a separate value")
+            exc = typ
+        else:
+            raise TypeError(
+                "exceptions must be classes deriving BaseException or instances of such a class"
+            )
+        self._future = None
+        if tb is not None:
+            raise exc.with_traceback(tb)
+        raise exc
+
+    def close(self) -> None:
+        """Stop iterating."""
+        self._future = None

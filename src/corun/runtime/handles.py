@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextvars
-import sys
 import traceback
-from asyncio import AbstractEventLoop
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corun.runtime.formatting import extract_stack, format_callback_source
+
+if TYPE_CHECKING:
+    from corun.runtime.core import LoopCore
 
 
 class Handle:
@@ -34,20 +35,20 @@ class Handle:
         self,
         callback: Callable[..., object],
         args: Sequence[Any],
-        loop: AbstractEventLoop,
+        loop: LoopCore,
         context: contextvars.Context | None = None,
     ) -> None:
         if context is None:
             context = contextvars.copy_context()
         self._context: contextvars.Context = context
-        self._loop: AbstractEventLoop = loop
+        self._loop: LoopCore = loop
         self._callback: Callable[..., object] | None = callback
         self._args: Sequence[Any] | None = args
         self._cancelled: bool = False
         self._repr: str | None = None
         self._source_traceback: traceback.StackSummary | None = None
         if loop.get_debug():
-            self._source_traceback = extract_stack(sys._getframe(1))
+            self._source_traceback = extract_stack()
 
     def _repr_info(self) -> list[str]:
         info = [type(self).__name__]

@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
+
 logger: Final = logging.getLogger("corun")
 
 HOOK_NAMES: Final = (
@@ -39,6 +41,7 @@ HOOK_NAMES: Final = (
 )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users subclass it
 class Instrument:
     """Base class for instruments. Every hook is a no-op; override the ones you need."""
 

@@ -1,5 +1,10 @@
 """``EventLoop``: corun's complete event loop.
 
+This module is interpreted, not compiled: ``EventLoop`` combines the
+compiled ``LoopCore`` with ``asyncio.AbstractEventLoop``, a plain Python
+class, which only an interpreted class may do (see ``LoopCore``). Its
+methods are thin: the work happens in compiled modules.
+
 ``LoopCore`` (``core.py``) runs callbacks, timers and fd readiness. This class
 adds the network and process half of ``asyncio.AbstractEventLoop``. Each
 method here is a thin entry point; the work lives in one module per concept
@@ -22,7 +27,7 @@ from corun.runtime.core import LoopCore
 _ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 
 
-class EventLoop(LoopCore):
+class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """corun's event loop: a ready queue, a timer heap and epoll.
 
     Use it wherever an asyncio loop is expected: ``corun.run(main())``,

@@ -59,7 +59,7 @@ MAX_READ_SIZE: Final = 256 * 1024
 LOG_THRESHOLD_FOR_CONNLOST_WRITES: Final = 5
 
 
-def _set_result_unless_cancelled(future: Future[None], result: None) -> None:
+def _set_result_unless_cancelled(future: Future, result: None) -> None:
     if not future.cancelled():
         future.set_result(result)
 
@@ -84,7 +84,7 @@ class ReadPipeTransport(asyncio.ReadTransport):
         loop: LoopCore,
         pipe: Any,
         protocol: Any,
-        waiter: Future[None] | None = None,
+        waiter: Future | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
         extra = {} if extra is None else extra
@@ -259,7 +259,7 @@ class WritePipeTransport(FlowControlTransport):
         loop: LoopCore,
         pipe: Any,
         protocol: Any,
-        waiter: Future[None] | None = None,
+        waiter: Future | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
         extra = {} if extra is None else extra
@@ -494,7 +494,7 @@ async def connect_read_pipe(
         ValueError: ``pipe`` is not a pipe, socket or character device.
     """
     protocol = protocol_factory()
-    waiter: Future[None] = loop.create_future()
+    waiter: Future = loop.create_future()
     transport = ReadPipeTransport(loop, pipe, protocol, waiter)
     try:
         await waiter
@@ -518,7 +518,7 @@ async def connect_write_pipe(
         ValueError: ``pipe`` is not a pipe, socket or character device.
     """
     protocol = protocol_factory()
-    waiter: Future[None] = loop.create_future()
+    waiter: Future = loop.create_future()
     transport = WritePipeTransport(loop, pipe, protocol, waiter)
     try:
         await waiter

@@ -42,7 +42,7 @@ class _FallbackProtocol(asyncio.Protocol):
         self._should_resume_writing = transport._protocol_paused
         transport.pause_reading()
         transport.set_protocol(self)
-        self._write_ready_fut: Future[None] | None = None
+        self._write_ready_fut: Future | None = None
         if self._should_resume_writing:
             self._write_ready_fut = transport._loop.create_future()
 

@@ -27,7 +27,7 @@ from asyncio import trsock
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from corun.runtime.core import LoopCore
+from corun.runtime.core import LoopCore, as_asyncio_loop
 from corun.runtime.futures import Future
 from corun.runtime.streams import StreamTransport
 from corun.runtime.transport_base import logger
@@ -62,7 +62,7 @@ class Server(asyncio.AbstractServer):
         self._loop = loop
         self._sockets: list[socket.socket] | None = sockets
         self._active_count: int = 0
-        self._waiters: list[Future[Any]] | None = []
+        self._waiters: list[Future] | None = []
         self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
         self._protocol_factory = protocol_factory
         self._backlog = backlog
@@ -70,7 +70,7 @@ class Server(asyncio.AbstractServer):
         self._ssl_handshake_timeout = ssl_handshake_timeout
         self._ssl_shutdown_timeout = ssl_shutdown_timeout
         self._serving: bool = False
-        self._serving_forever_fut: Future[None] | None = None
+        self._serving_forever_fut: Future | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} sockets={self.sockets!r}>"
@@ -151,7 +151,7 @@ class Server(asyncio.AbstractServer):
             return
         from corun.runtime.connections import make_tls_transport
 
-        waiter: Future[None] = loop.create_future()
+        waiter: Future = loop.create_future()
         transport = make_tls_transport(
             loop,
             conn,
@@ -168,9 +168,9 @@ class Server(asyncio.AbstractServer):
 
     # --- the asyncio.AbstractServer API ----------------------------------------
 
-    def get_loop(self) -> LoopCore:
+    def get_loop(self) -> asyncio.AbstractEventLoop:
         """The loop the server runs on."""
-        return self._loop
+        return as_asyncio_loop(self._loop)
 
     def is_serving(self) -> bool:
         """Whether the server accepts connections."""
@@ -243,7 +243,7 @@ class Server(asyncio.AbstractServer):
         """
         if self._waiters is None or (self._sockets is None and not _WAIT_FOR_CONNECTIONS):
             return
-        waiter: Future[Any] = self._loop.create_future()
+        waiter: Future = self._loop.create_future()
         self._waiters.append(waiter)
         await waiter
 
@@ -258,7 +258,7 @@ class _TLSAcceptWatcher:
         self.transport = transport
         self.protocol = protocol
 
-    def done(self, waiter: Future[None]) -> None:
+    def done(self, waiter: Future) -> None:
         if waiter.cancelled():
             self.transport.close()
             return

@@ -44,12 +44,12 @@ def _check_socket(loop: LoopCore, sock: socket.socket) -> None:
         raise ValueError("the socket must be non-blocking")
 
 
-def _reader_done(loop: LoopCore, fd: int, handle: Handle, fut: Future[Any]) -> None:
+def _reader_done(loop: LoopCore, fd: int, handle: Handle, fut: Future) -> None:
     if not handle._cancelled:
         loop._remove_reader(fd)
 
 
-def _writer_done(loop: LoopCore, fd: int, handle: Handle, fut: Future[Any]) -> None:
+def _writer_done(loop: LoopCore, fd: int, handle: Handle, fut: Future) -> None:
     if not handle._cancelled:
         loop._remove_writer(fd)
 
@@ -57,7 +57,7 @@ def _writer_done(loop: LoopCore, fd: int, handle: Handle, fut: Future[Any]) -> N
 async def _wait_readable(
     loop: LoopCore, sock: socket.socket, callback: Callable[..., None], *args: Any
 ) -> Any:
-    fut: Future[Any] = loop.create_future()
+    fut: Future = loop.create_future()
     fd = sock.fileno()
     loop._ensure_fd_no_transport(fd)
     handle = loop._add_reader(fd, callback, fut, sock, *args)
@@ -68,7 +68,7 @@ async def _wait_readable(
 async def _wait_writable(
     loop: LoopCore, sock: socket.socket, callback: Callable[..., None], *args: Any
 ) -> Any:
-    fut: Future[Any] = loop.create_future()
+    fut: Future = loop.create_future()
     fd = sock.fileno()
     loop._ensure_fd_no_transport(fd)
     handle = loop._add_writer(fd, callback, fut, sock, *args)
@@ -76,7 +76,7 @@ async def _wait_writable(
     return await fut
 
 
-def _complete(fut: Future[Any], call: Callable[..., Any], *args: Any) -> None:
+def _complete(fut: Future, call: Callable[..., Any], *args: Any) -> None:
     """Retry ``call(*args)``; complete ``fut`` unless it would still block."""
     if fut.done():
         return
@@ -92,7 +92,7 @@ def _complete(fut: Future[Any], call: Callable[..., Any], *args: Any) -> None:
         fut.set_result(result)
 
 
-def _on_readable(fut: Future[Any], sock: socket.socket, method: str, *args: Any) -> None:
+def _on_readable(fut: Future, sock: socket.socket, method: str, *args: Any) -> None:
     _complete(fut, getattr(sock, method), *args)
 
 
@@ -147,7 +147,7 @@ async def sock_recvfrom_into(
 
 
 def _on_sendall_writable(
-    fut: Future[None], sock: socket.socket, view: memoryview, progress: list[int]
+    fut: Future, sock: socket.socket, view: memoryview, progress: list[int]
 ) -> None:
     if fut.done():
         return
@@ -192,11 +192,11 @@ async def sock_sendto(loop: LoopCore, sock: socket.socket, data: Any, address: A
     return result
 
 
-def _on_sendto_writable(fut: Future[int], sock: socket.socket, data: Any, address: Any) -> None:
+def _on_sendto_writable(fut: Future, sock: socket.socket, data: Any, address: Any) -> None:
     _complete(fut, sock.sendto, data, address)
 
 
-def _on_connect_writable(fut: Future[None], sock: socket.socket, address: Any) -> None:
+def _on_connect_writable(fut: Future, sock: socket.socket, address: Any) -> None:
     if fut.done():
         return
     try:
@@ -233,7 +233,7 @@ async def sock_connect(loop: Any, sock: socket.socket, address: Any) -> None:
         address = None
 
 
-def _on_accept_readable(fut: Future[Any], sock: socket.socket) -> None:
+def _on_accept_readable(fut: Future, sock: socket.socket) -> None:
     if fut.done():
         return
     try:
@@ -313,7 +313,7 @@ class _SendfileState:
         self.sent = 0
 
 
-def _on_sendfile_writable(fut: Future[int], sock: socket.socket, state: _SendfileState) -> None:
+def _on_sendfile_writable(fut: Future, sock: socket.socket, state: _SendfileState) -> None:
     if fut.done():
         return
     while state.count > 0:
@@ -351,7 +351,7 @@ async def sock_sendfile_native(
     if blocksize <= 0:
         return 0
     state = _SendfileState(fileno, offset, blocksize)
-    fut: Future[int] = loop.create_future()
+    fut: Future = loop.create_future()
     _on_sendfile_writable(fut, sock, state)
     try:
         if not fut.done():
@@ -359,7 +359,8 @@ async def sock_sendfile_native(
             loop._ensure_fd_no_transport(fd)
             handle = loop._add_writer(fd, _on_sendfile_writable, fut, sock, state)
             fut.add_done_callback(functools.partial(_writer_done, loop, fd, handle))
-        return await fut
+        sent: int = await fut
+        return sent
     finally:
         if state.sent > 0:
             # As asyncio does: leave the file position after what was sent.

@@ -73,7 +73,7 @@ class StreamTransport(FlowControlTransport):
         loop: LoopCore,
         sock: socket.socket,
         protocol: asyncio.BaseProtocol,
-        waiter: Future[Any] | None = None,
+        waiter: Future | None = None,
         extra: dict[str, Any] | None = None,
         server: Any = None,
     ) -> None:
@@ -102,7 +102,7 @@ class StreamTransport(FlowControlTransport):
         self._eof: bool = False  # write_eof() was called
         self._buffered_protocol: bool = False
         self._protocol_connected: bool = False
-        self._empty_waiter: Future[None] | None = None
+        self._empty_waiter: Future | None = None
         self._server = server
         self.set_protocol(protocol)
         if server is not None:
@@ -386,10 +386,10 @@ class StreamTransport(FlowControlTransport):
 
     # --- sendfile support (used by loop.sendfile) -------------------------------
 
-    def _make_empty_waiter(self) -> Future[None]:
+    def _make_empty_waiter(self) -> Future:
         if self._empty_waiter is not None:
             raise RuntimeError("Empty waiter is already set")
-        waiter: Future[None] = self._loop.create_future()
+        waiter: Future = self._loop.create_future()
         self._empty_waiter = waiter
         if not self._buffer:
             waiter.set_result(None)

@@ -59,7 +59,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import IO, Any, Final, TypeAlias
 
-from corun.runtime.core import LoopCore
+from corun.runtime.core import LoopCore, as_asyncio_loop
 from corun.runtime.futures import Future
 from corun.runtime.pipes import ProtocolT
 
@@ -260,7 +260,7 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         loop: LoopCore,
         protocol: Any,
         proc: subprocess.Popen[bytes],
-        waiter: Future[None] | None = None,
+        waiter: Future | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
         extra = {} if extra is None else extra
@@ -283,7 +283,7 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         self._closed: bool = True  # until __init__ succeeds: __del__ must not warn
         self._finished: bool = False
         self._connect_failed: bool = False
-        self._exit_waiters: list[Future[int]] | None = []
+        self._exit_waiters: list[Future] | None = []
         self._pending_calls: deque[_PendingCall] | None = deque()
         self._pipes: dict[int, _PipeEndpoint] = {}
         for fd, pipe in enumerate((proc.stdin, proc.stdout, proc.stderr)):
@@ -326,16 +326,14 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             )
             self.close()
 
-    async def _connect_pipes(
-        self, proc: subprocess.Popen[bytes], waiter: Future[None] | None
-    ) -> None:
+    async def _connect_pipes(self, proc: subprocess.Popen[bytes], waiter: Future | None) -> None:
         """Wrap the child's pipes in transports, then connect the protocol.
 
         The pipes go through the loop's own ``connect_write_pipe`` and
         ``connect_read_pipe``, as in asyncio, so a subclass or a test that
         wraps those methods sees these pipes too.
         """
-        loop = self._loop
+        loop = as_asyncio_loop(self._loop)
         try:
             for fd, pipe in enumerate((proc.stdin, proc.stdout, proc.stderr)):
                 if pipe is None:
@@ -549,10 +547,11 @@ class SubprocessTransport(asyncio.SubprocessTransport):
         """
         if self._returncode is not None:
             return self._returncode
-        waiter: Future[int] = self._loop.create_future()
+        waiter: Future = self._loop.create_future()
         if self._exit_waiters is not None:
             self._exit_waiters.append(waiter)
-        return await waiter
+        returncode: int = await waiter
+        return returncode
 
 
 # --- entry points ----------------------------------------------------------
@@ -579,7 +578,7 @@ async def _make_subprocess_transport(
         bufsize=bufsize,
         **kwargs,
     )
-    waiter: Future[None] = loop.create_future()
+    waiter: Future = loop.create_future()
     try:
         transport = SubprocessTransport(loop, protocol, proc, waiter)
     except BaseException:

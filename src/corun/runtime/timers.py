@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import contextvars
 import heapq
-from asyncio import AbstractEventLoop
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from corun.runtime.handles import Handle
 
@@ -27,6 +26,9 @@ from corun.runtime.handles import Handle
 MIN_CANCELLED_FOR_COMPACTION: Final = 100
 #: ... and when they are more than this fraction of it.
 CANCELLED_FRACTION_FOR_COMPACTION: Final = 0.5
+
+if TYPE_CHECKING:
+    from corun.runtime.core import LoopCore
 
 
 class TimerHandle(Handle):
@@ -39,12 +41,10 @@ class TimerHandle(Handle):
         when: float,
         callback: Callable[..., object],
         args: Sequence[Any],
-        loop: AbstractEventLoop,
+        loop: LoopCore,
         context: contextvars.Context | None = None,
     ) -> None:
         super().__init__(callback, args, loop, context)
-        if self._source_traceback:
-            del self._source_traceback[-1]
         self._when: float = when
         # Invariant: _queue is the TimerQueue whose heap holds this handle, or
         # None once it was popped (ran, or dropped as cancelled).

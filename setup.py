@@ -1,0 +1,56 @@
+"""Build corun: compiled with mypyc by default, pure Python on request or without a compiler.
+
+``CORUN_PURE=1`` at install time, or a machine without a C compiler, gives the
+pure-Python build of the same sources; ``corun.COMPILED`` says which one is
+loaded. Everything else about the package lives in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+
+from setuptools import setup
+
+# The modules compiled to C. The public classes that must be weakly
+# referenceable or inherit asyncio's Python classes (EventLoop, Task, the
+# transports) stay interpreted or non-native; see corun/runtime/public.py.
+COMPILED_MODULES = [
+    "src/corun/runtime/formatting.py",
+    "src/corun/runtime/handles.py",
+    "src/corun/runtime/timers.py",
+    "src/corun/runtime/instruments.py",
+    "src/corun/runtime/futures.py",
+    "src/corun/runtime/task_core.py",
+    "src/corun/runtime/io_epoll.py",
+    "src/corun/runtime/core.py",
+]
+
+
+def _pure_requested() -> bool:
+    return os.environ.get("CORUN_PURE", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _have_compiler() -> bool:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(compiler) is not None
+
+
+def _ext_modules() -> list[object]:
+    if _pure_requested():
+        print("corun: CORUN_PURE is set: building pure Python", file=sys.stderr)
+        return []
+    if not _have_compiler():
+        print("corun: no C compiler found: building pure Python", file=sys.stderr)
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("corun: mypyc is not available: building pure Python", file=sys.stderr)
+        return []
+    return list(mypycify(COMPILED_MODULES, opt_level="3", debug_level="1"))
+
+
+setup(ext_modules=_ext_modules())
