@@ -167,6 +167,9 @@ class LoopCore:
         self._closed: bool = False
         self._stopping: bool = False
         self._thread_id: int | None = None
+        # The clock seam. An attribute, not a call of self.time(): on the
+        # interpreted EventLoop subclass a method call costs a Python dispatch.
+        self._clock: Callable[[], float] = time.monotonic
         self._clock_resolution: float = time.get_clock_info("monotonic").resolution
         self._exception_handler: _ExceptionHandler | None = None
         self._debug: bool = _is_debug_mode()
@@ -308,7 +311,7 @@ class LoopCore:
 
     def time(self) -> float:
         """The loop's clock: ``time.monotonic()``."""
-        return time.monotonic()
+        return self._clock()
 
     def statistics(self) -> LoopStatistics:
         """A snapshot of the loop's queues."""
@@ -331,7 +334,7 @@ class LoopCore:
         if ready or self._stopping:
             timeout = 0.0
         elif deadline is not None:
-            timeout = deadline - self.time()
+            timeout = deadline - self._clock()
             if timeout < 0.0:
                 timeout = 0.0
         else:
@@ -345,7 +348,7 @@ class LoopCore:
             instruments.call_io_hook("after_io_wait", instruments.after_io_wait, timeout)
 
         if deadline is not None:
-            timers.pop_due(self.time() + self._clock_resolution, ready)
+            timers.pop_due(self._clock() + self._clock_resolution, ready)
 
         # Run only what is ready now; what these callbacks schedule waits
         # for the next iteration.

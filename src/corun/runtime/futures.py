@@ -276,6 +276,25 @@ class Future:
         return FutureIter(self)
 
 
+def _exception_to_throw(typ: Any, val: Any) -> BaseException:
+    """The exception ``throw(typ, val)`` raises, checked as generator.throw() checks it."""
+    if isinstance(typ, type) and issubclass(typ, BaseException):
+        if val is None:
+            return typ()
+        if isinstance(val, typ):
+            return val
+        if isinstance(val, tuple):
+            return typ(*val)
+        return typ(val)
+    if isinstance(typ, BaseException):
+        if val is not None:
+            raise TypeError("instance exception may not have a separate value")
+        return typ
+    raise TypeError(
+        "exceptions must be classes deriving BaseException or instances of such a class"
+    )
+
+
 @final
 class FutureIter:
     """What ``await future`` iterates: yields the future once, then returns its result.
@@ -314,28 +333,19 @@ class FutureIter:
         """Raise an exception at the ``await``, with generator.throw()'s checks."""
         if tb is not None and not isinstance(tb, TracebackType):
             raise TypeError("throw() third argument must be a traceback")
-        exc: BaseException
-        if isinstance(typ, type) and issubclass(typ, BaseException):
-            if val is None:
-                exc = typ()
-            elif isinstance(val, typ):
-                exc = val
-            elif isinstance(val, tuple):
-                exc = typ(*val)
-            else:
-                exc = typ(val)
-        elif isinstance(typ, BaseException):
-            if val is not None:
-                raise TypeError("instance exception may not have a separate value")
-            exc = typ
-        else:
-            raise TypeError(
-                "exceptions must be classes deriving BaseException or instances of such a class"
-            )
+        exc: BaseException | None = _exception_to_throw(typ, val)
         self._future = None
-        if tb is not None:
-            raise exc.with_traceback(tb)
-        raise exc
+        try:
+            assert exc is not None
+            if tb is not None:
+                raise exc.with_traceback(tb)
+            raise exc
+        finally:
+            # The traceback holds this frame (in the pure build), and the frame
+            # would hold the exception: a cycle that keeps everything the
+            # exception's traceback references alive until the GC runs. (The
+            # arguments hold it too: coro.throw(exc) passes it as typ.)
+            exc = typ = val = tb = None
 
     def close(self) -> None:
         """Stop iterating."""

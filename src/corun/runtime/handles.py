@@ -47,7 +47,7 @@ class Handle:
         self._cancelled: bool = False
         self._repr: str | None = None
         self._source_traceback: traceback.StackSummary | None = None
-        if loop.get_debug():
+        if loop._debug:  # the attribute: a method call costs a Python dispatch here
             self._source_traceback = extract_stack()
 
     def _repr_info(self) -> list[str]:
@@ -74,7 +74,7 @@ class Handle:
         """Cancel the callback. Cancelling twice, or after it ran, does nothing."""
         if not self._cancelled:
             self._cancelled = True
-            if self._loop.get_debug():
+            if self._loop._debug:
                 # Keep the repr of what was cancelled: it is useful in logs.
                 self._repr = repr(self)
             # Drop references so cancelled work can be collected early.

@@ -36,7 +36,7 @@ from typing import IO, Any, Final
 from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import format_coroutine
-from corun.runtime.futures import PENDING, Future
+from corun.runtime.futures import FINISHED, PENDING, Future
 from corun.runtime.instruments import NO_INSTRUMENTS, Instruments
 
 # asyncio's registry of current and all tasks. These are the C
@@ -257,6 +257,9 @@ class TaskCore(Future):
     # --- driving the coroutine -------------------------------------------------
 
     def __step(self, exc: BaseException | None = None) -> None:
+        # One method on purpose: instances are of the interpreted subclass
+        # Task, on which every call of a compiled method on self costs a
+        # Python-level dispatch.
         if self._state != PENDING:
             raise InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
         if self._must_cancel:
@@ -270,7 +273,55 @@ class TaskCore(Future):
             instruments.call_task_hook("before_task_step", instruments.before_task_step, self)
         _enter_task(loop, self)
         try:
-            self.__run_step(exc)
+            coro = self._coro
+            try:
+                if exc is None:
+                    result = coro.send(None)
+                else:
+                    result = coro.throw(exc)
+            except StopIteration as stop:
+                exc = None
+                if self._must_cancel:
+                    # The task was cancelled while running its last step.
+                    self._must_cancel = False
+                    Future.cancel(self, msg=self._cancel_message)
+                else:
+                    Future.set_result(self, stop.value)
+            except CancelledError as cancelled:
+                exc = None
+                _drop_own_frame(cancelled)
+                self._cancelled_exc = cancelled  # re-raised by result() with its traceback
+                Future.cancel(self)
+            except (KeyboardInterrupt, SystemExit) as error:
+                exc = None
+                Future.set_exception(self, error)
+                raise
+            except BaseException as error:
+                exc = None
+                _drop_own_frame(error)
+                Future.set_exception(self, error)
+            else:
+                if isinstance(result, Future) and result._loop is loop:
+                    # corun's own future or task (the common case): its fields
+                    # are read directly instead of through generic calls, as
+                    # asyncio's C Task does for its own Future. (A subclass
+                    # overriding add_done_callback is therefore not consulted.)
+                    if not result._asyncio_future_blocking or result is self:
+                        self.__handle_yield(result)
+                    else:
+                        result._asyncio_future_blocking = False
+                        if result._state == PENDING:
+                            result._callbacks.append((self.__wakeup, self._context))
+                        else:
+                            loop.call_soon(self.__wakeup, result, context=self._context)
+                        self._fut_waiter = result
+                        if self._must_cancel and result.cancel(msg=self._cancel_message):
+                            self._must_cancel = False
+                elif result is None:
+                    # A bare yield (asyncio.sleep(0)): run again on the next iteration.
+                    loop.call_soon(self.__step, context=self._context)
+                else:
+                    self.__handle_yield(result)
         finally:
             _leave_task(loop, self)
             if instruments.after_task_step:
@@ -278,38 +329,8 @@ class TaskCore(Future):
             if instruments.task_exited and self._state != PENDING:
                 instruments.call_task_hook("task_exited", instruments.task_exited, self)
 
-    def __run_step(self, exc: BaseException | None) -> None:
-        coro = self._coro
-        try:
-            if exc is None:
-                result = coro.send(None)
-            else:
-                result = coro.throw(exc)
-        except StopIteration as stop:
-            exc = None
-            if self._must_cancel:
-                # The task was cancelled while running its last step.
-                self._must_cancel = False
-                Future.cancel(self, msg=self._cancel_message)
-            else:
-                Future.set_result(self, stop.value)
-        except CancelledError as cancelled:
-            exc = None
-            _drop_own_frame(cancelled)
-            self._cancelled_exc = cancelled  # re-raised by result() with its traceback
-            Future.cancel(self)
-        except (KeyboardInterrupt, SystemExit) as error:
-            exc = None
-            Future.set_exception(self, error)
-            raise
-        except BaseException as error:
-            exc = None
-            _drop_own_frame(error)
-            Future.set_exception(self, error)
-        else:
-            self.__handle_yield(result)
-
     def __handle_yield(self, result: Any) -> None:
+        """What the coroutine yielded, on the general (slower) path."""
         loop = self._loop
         blocking = getattr(result, "_asyncio_future_blocking", None)
         if blocking is not None:
@@ -348,6 +369,10 @@ class TaskCore(Future):
             loop.call_soon(self.__step, error, context=self._context)
 
     def __wakeup(self, future: Any) -> None:
+        if isinstance(future, Future) and future._state == FINISHED and future._exception is None:
+            # The common case, without raising and catching anything.
+            self.__step(None)
+            return
         try:
             future.result()
         except BaseException as exc:
