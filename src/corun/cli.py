@@ -5,6 +5,7 @@ would, with corun as asyncio's loop: ``asyncio.run()``, ``asyncio.Runner()``
 and ``asyncio.new_event_loop()`` inside it create corun loops.
 ``corun run -m module [args...]`` does the same for ``python -m module``.
 ``corun bench [options]`` runs the benchmark suite of a corun checkout.
+``corun fetch INPUT --output OUT.jsonl`` fetches URLs, crash-safe (``corun.fetch.cli``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def _build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     bench.add_argument("args", nargs=argparse.REMAINDER, help="options for the suite (--help)")
+    from corun.fetch import cli as fetch_cli
+
+    fetch_cli.add_parser(commands)
     return parser
 
 
@@ -96,5 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args.module, args.target)
     if args.command == "bench":
         return _bench(args.args)
+    if args.command == "fetch":
+        from corun.fetch import cli as fetch_cli
+
+        return fetch_cli.main(args)
     parser.print_help()
     return 2

@@ -1,0 +1,27 @@
+"""corun.fetch: the crash-safe batch fetcher behind ``corun fetch``.
+
+See docs/fetch.md.
+"""
+
+from corun.fetch.input import BadInput, FetchRequest, count_lines, parse_line, read_requests
+from corun.fetch.journal import Journal, JournalMismatch, fingerprint, journal_path
+from corun.fetch.output import write_output
+from corun.fetch.runner import FetchOptions, run_fetch
+from corun.fetch.summary import Summary, summarize
+
+__all__ = [
+    "BadInput",
+    "FetchOptions",
+    "FetchRequest",
+    "Journal",
+    "JournalMismatch",
+    "Summary",
+    "count_lines",
+    "fingerprint",
+    "journal_path",
+    "parse_line",
+    "read_requests",
+    "run_fetch",
+    "summarize",
+    "write_output",
+]

@@ -1,0 +1,389 @@
+"""``run_fetch``: the batch fetcher behind ``corun fetch``.
+
+Shape: one producer reads the input (streaming) into a bounded queue, and a
+fixed pool of ``concurrency`` workers takes requests from it, so memory
+stays bounded whatever the input's length. Every finished line (a response,
+an error, or bad input) goes to the journal (``journal.py``), which commits
+in small batches; a ticker commits and redraws the progress bar a few
+times a second. When every input line is in the journal, the output is
+written from it atomically (``output.py``).
+
+Stopping: SIGINT and SIGTERM (with ``handle_signals``), or the ``stop``
+event, cancel the workers; what finished is committed, what was in flight
+is fetched again by the next run. A SIGKILL loses at most the batch not yet
+committed, which is likewise fetched again. Re-running the same command
+skips every line the journal holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from corun.fetch.input import BadInput, FetchRequest, count_lines, read_requests
+from corun.fetch.journal import FLUSH_SECONDS, Journal, fingerprint, journal_path
+from corun.fetch.output import write_output
+from corun.fetch.progress import ProgressBar, ProgressState
+from corun.fetch.summary import Summary, summarize
+from corun.http import DEFAULT_MAX_BODY, Client, ClientOptions, HttpError
+from corun.resilience import (
+    BreakerOptions,
+    Clock,
+    RateLimiterOptions,
+    RetryOptions,
+    _validate,
+)
+
+DEFAULT_USER_AGENT: Final = "corun-fetch/0.1 (+https://github.com/corun)"
+_STOP: Final = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOptions:
+    """Options of a fetch run; the defaults suit a polite crawler.
+
+    Attributes:
+        input: the input file, or ``"-"`` for stdin (copied to
+            ``OUT.stdin`` first, so that a re-run can resume).
+        output: the output JSONL path; the journal is ``OUTPUT.journal``.
+        concurrency: requests in flight at most, in [1, 10000].
+        per_host: requests in flight to one host at most, in [1, 10000].
+        rate: requests per second to one host at most; None: no limit.
+        retries: retries after the first attempt, in [0, 20].
+        connect_timeout, read_timeout, total_timeout: seconds (total
+            covers retries and backoff).
+        breaker_failure_rate: a host's breaker opens at this failure rate.
+        breaker_min_calls: ... once it has seen this many calls in the window.
+        save_dir: write bodies to ``DIR/<line>.body`` instead of the output.
+        summary_json: also write the summary as JSON here.
+        progress: draw the progress bar (on a terminal only).
+        max_body_bytes: the body cap.
+        user_agent: the ``User-Agent`` header.
+        client: full ``ClientOptions`` to use instead of the ones built from
+            the fields above (tests use it for a private CA).
+    """
+
+    input: str
+    output: str
+    concurrency: int = 32
+    per_host: int = 4
+    rate: float | None = None
+    retries: int = 3
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    total_timeout: float = 60.0
+    breaker_failure_rate: float = 0.5
+    breaker_min_calls: int = 20
+    save_dir: str | None = None
+    summary_json: str | None = None
+    progress: bool = True
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    user_agent: str = DEFAULT_USER_AGENT
+    client: ClientOptions | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        owner = "FetchOptions"
+        _validate.count(owner, "concurrency", self.concurrency, high=10_000)
+        _validate.count(owner, "per_host", self.per_host, high=10_000)
+        _validate.count(owner, "retries", self.retries, low=0, high=20)
+        if self.rate is not None:
+            _validate.number(owner, "rate", self.rate, low=0.001, high=1_000_000.0)
+        self.client_options()  # validates the rest
+
+    def client_options(self) -> ClientOptions:
+        """The ``ClientOptions`` the run uses."""
+        if self.client is not None:
+            return self.client
+        return ClientOptions(
+            limit=max(self.concurrency, 1),
+            limit_per_host=self.per_host,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            total_timeout=self.total_timeout,
+            max_body_bytes=self.max_body_bytes,
+            retry=RetryOptions(max_attempts=self.retries + 1, initial_delay=0.25, max_delay=10.0)
+            if self.retries
+            else None,
+            breaker=BreakerOptions(
+                failure_rate=self.breaker_failure_rate,
+                minimum_calls=self.breaker_min_calls,
+                consecutive_failures=None,
+                open_duration=30.0,
+            ),
+            per_host_concurrency=self.per_host,
+            rate=RateLimiterOptions(per_key_rate=self.rate, max_wait=3600.0)
+            if self.rate is not None
+            else None,
+            user_agent=self.user_agent,
+        )
+
+
+class _Run:
+    """The mutable state of one ``run_fetch`` call."""
+
+    def __init__(self, options: FetchOptions, journal: Journal, total: int, done: int) -> None:
+        self.options = options
+        self.journal = journal
+        self.total = total
+        # Invariant: done counts the lines recorded in the journal, committed or pending.
+        self.done = done
+        self.fetched = 0
+        self.errors = 0
+
+    def record(self, line: int, record: dict[str, Any]) -> None:
+        self.done += 1
+        self.fetched += 1
+        if record.get("error") is not None:
+            self.errors += 1
+        if self.journal.record(line, record):
+            self.journal.flush()
+
+
+async def run_fetch(
+    options: FetchOptions,
+    *,
+    clock: Clock | None = None,
+    stop: asyncio.Event | None = None,
+    handle_signals: bool = False,
+) -> Summary:
+    """Fetch every input line not yet in the journal; write the output when all are.
+
+    Args:
+        options: the run's ``FetchOptions``.
+        clock: the clock for the client's policies.
+        stop: set it to stop the run gracefully (as SIGTERM does).
+        handle_signals: stop gracefully on SIGINT and SIGTERM.
+
+    Returns:
+        The ``Summary`` over every recorded line. ``complete`` is True when
+        the output was written; ``interrupted`` when the run was stopped.
+
+    Raises:
+        JournalMismatch: the journal was made for other input.
+        OSError: the input cannot be read or the output written.
+    """
+    started = time.monotonic()
+    loop = asyncio.get_running_loop()
+    input_path = options.input
+    spool: str | None = None
+    if input_path == "-":
+        spool = input_path = _spool_stdin(options.output)
+    total = count_lines(input_path)
+    journal = Journal(journal_path(options.output), fingerprint(input_path), total)
+    stop_event = stop if stop is not None else asyncio.Event()
+    signals: list[signal.Signals] = []
+    interrupted = False
+    trips = 0
+    try:
+        if handle_signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop_event.set)
+                signals.append(signum)
+        done = journal.done_lines()
+        run = _Run(options, journal, total, len(done))
+        if options.save_dir is not None:
+            os.makedirs(options.save_dir, exist_ok=True)
+        async with Client(options.client_options(), clock=clock) as client:
+            try:
+                interrupted = await _drive(run, client, input_path, done, stop_event, started)
+            finally:
+                trips = client.statistics().breaker_trips
+        journal.flush()
+        previous_trips = int(journal.get_meta("breaker_trips") or 0)
+        journal.set_meta("breaker_trips", str(previous_trips + trips))
+        complete = not interrupted and journal.done_count() == total
+        if complete:
+            write_output(journal, options.output)
+        summary = summarize(
+            (record for _line, record in journal.records()),
+            total=total,
+            complete=complete,
+            interrupted=interrupted,
+            breaker_trips=previous_trips + trips,
+            elapsed_s=time.monotonic() - started,
+            output=options.output,
+        )
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+        journal.close()
+    if summary.complete and spool is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(spool)
+    if options.summary_json is not None:
+        with open(options.summary_json, "w", encoding="utf-8") as stream:
+            stream.write(summary.to_json() + "\n")
+    return summary
+
+
+async def _drive(
+    run: _Run,
+    client: Client,
+    input_path: str,
+    done: set[int],
+    stop: asyncio.Event,
+    started: float,
+) -> bool:
+    """Run the producer, the workers and the ticker; True when stopped early."""
+    options = run.options
+    queue: asyncio.Queue[FetchRequest | BadInput | None] = asyncio.Queue(
+        maxsize=options.concurrency * 4
+    )
+    producer = asyncio.ensure_future(_produce(queue, input_path, done, options.concurrency))
+    workers = [asyncio.ensure_future(_work(run, client, queue)) for _ in range(options.concurrency)]
+    stopper = asyncio.ensure_future(stop.wait())
+    everything: asyncio.Future[Any] = asyncio.gather(producer, *workers)
+    waiters: set[asyncio.Future[Any]] = {everything, stopper}
+    with ProgressBar(enabled=options.progress) as bar:
+        ticker = asyncio.ensure_future(_tick(run, client, bar, started))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            interrupted = not everything.done()
+            for task in (producer, *workers, stopper, ticker):
+                task.cancel()
+            await asyncio.gather(everything, stopper, ticker, return_exceptions=True)
+            _draw(run, client, bar, started)
+    if not interrupted:
+        everything.result()  # re-raise a bug in a worker, if any
+    return interrupted
+
+
+async def _produce(
+    queue: asyncio.Queue[FetchRequest | BadInput | None],
+    input_path: str,
+    done: set[int],
+    workers: int,
+) -> None:
+    for item in read_requests(input_path):
+        if item.line in done:
+            continue
+        await queue.put(item)
+    for _ in range(workers):
+        await queue.put(_STOP)
+
+
+async def _work(
+    run: _Run, client: Client, queue: asyncio.Queue[FetchRequest | BadInput | None]
+) -> None:
+    while True:
+        item = await queue.get()
+        if item is None:
+            return
+        if isinstance(item, BadInput):
+            record = _bad_record(item)
+        else:
+            record = await _fetch(run, client, item)
+        run.record(item.line, record)
+
+
+async def _tick(run: _Run, client: Client, bar: ProgressBar, started: float) -> None:
+    while True:
+        await asyncio.sleep(FLUSH_SECONDS)
+        run.journal.flush()
+        _draw(run, client, bar, started)
+
+
+def _draw(run: _Run, client: Client, bar: ProgressBar, started: float) -> None:
+    if not bar.active:
+        return
+    stats = client.statistics()
+    elapsed = max(1e-6, time.monotonic() - started)
+    bar.update(
+        ProgressState(
+            done=run.done,
+            total=run.total,
+            errors=run.errors,
+            retries=stats.retries,
+            open_breakers=stats.open_breakers,
+        ),
+        run.fetched / elapsed,
+    )
+
+
+def _bad_record(item: BadInput) -> dict[str, Any]:
+    return {
+        "line": item.line,
+        "id": item.id,
+        "url": item.url,
+        "method": None,
+        "status": None,
+        "error": item.error,
+        "error_kind": item.kind,
+        "attempts": 0,
+        "elapsed_ms": 0.0,
+        "body": None,
+        "body_base64": False,
+    }
+
+
+async def _fetch(run: _Run, client: Client, item: FetchRequest) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "line": item.line,
+        "id": item.id,
+        "url": item.url,
+        "method": item.method,
+        "status": None,
+        "error": None,
+        "error_kind": None,
+        "attempts": 0,
+        "elapsed_ms": 0.0,
+        "body": None,
+        "body_base64": False,
+    }
+    started = time.monotonic()
+    try:
+        response = await client.request(
+            item.method, item.url, headers=item.headers or None, body=item.body
+        )
+    except HttpError as exc:
+        record.update(error=str(exc), error_kind=exc.kind, attempts=exc.attempts)
+    except Exception as exc:  # a bug must not lose the line: it becomes its error
+        record.update(error=f"internal error: {exc!r}", error_kind="internal")
+    else:
+        record.update(
+            status=response.status,
+            attempts=response.attempts,
+            final_url=response.url,
+            content_type=response.headers.get("Content-Type"),
+        )
+        body = response.body
+        if run.options.save_dir is not None:
+            record["body_path"] = _save_body(run.options.save_dir, item.line, body)
+        else:
+            try:
+                record["body"] = body.decode("utf-8")
+            except UnicodeDecodeError:
+                record["body"] = base64.b64encode(body).decode("ascii")
+                record["body_base64"] = True
+    record["elapsed_ms"] = round((time.monotonic() - started) * 1000.0, 3)
+    return record
+
+
+def _save_body(directory: str, line: int, body: bytes) -> str:
+    path = os.path.join(directory, f"{line}.body")
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as stream:
+        stream.write(body)
+    os.replace(tmp, path)
+    return path
+
+
+def _spool_stdin(output: str) -> str:
+    """Copy stdin to ``OUTPUT.stdin`` (atomically) and return that path."""
+    path = output + ".stdin"
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as stream:
+        shutil.copyfileobj(sys.stdin.buffer, stream)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(tmp, path)
+    return path

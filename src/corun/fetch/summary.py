@@ -1,0 +1,119 @@
+"""The end-of-run summary: counts by status and error kind, latency percentiles, retries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from corun.resilience import LatencyHistogram
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What a ``corun fetch`` run did, over every recorded line (earlier runs included).
+
+    Attributes:
+        total: input lines.
+        done: lines recorded.
+        complete: every line is recorded and the output was written.
+        interrupted: the run stopped early (signal); re-run to finish.
+        by_status: ``"200" -> count``; ``"none"`` for lines without a response.
+        by_error: error kind -> count.
+        latency_p50_ms, latency_p90_ms, latency_p99_ms: over lines that
+            got a response (None when none did).
+        retries: attempts beyond the first, summed over lines.
+        breaker_trips: breaker openings, summed over runs.
+        elapsed_s: this run's wall time.
+        output: the output path.
+    """
+
+    total: int
+    done: int
+    complete: bool
+    interrupted: bool
+    by_status: dict[str, int]
+    by_error: dict[str, int]
+    latency_p50_ms: float | None
+    latency_p90_ms: float | None
+    latency_p99_ms: float | None
+    retries: int
+    breaker_trips: int
+    elapsed_s: float
+    output: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    def render(self) -> str:
+        """A few human-readable lines."""
+
+        def fmt(value: float | None) -> str:
+            return "-" if value is None else f"{value:.1f} ms"
+
+        status = ", ".join(f"{k}: {v}" for k, v in sorted(self.by_status.items())) or "-"
+        errors = ", ".join(f"{k}: {v}" for k, v in sorted(self.by_error.items())) or "none"
+        state = (
+            "complete" if self.complete else ("interrupted" if self.interrupted else "incomplete")
+        )
+        return "\n".join(
+            [
+                f"fetch {state}: {self.done}/{self.total} lines in {self.elapsed_s:.1f} s"
+                + (f" -> {self.output}" if self.complete else ""),
+                f"  status: {status}",
+                f"  errors: {errors}",
+                f"  latency: p50 {fmt(self.latency_p50_ms)}, p90 {fmt(self.latency_p90_ms)}, "
+                f"p99 {fmt(self.latency_p99_ms)}",
+                f"  retries: {self.retries}; breaker trips: {self.breaker_trips}",
+            ]
+        )
+
+
+def summarize(
+    records: Iterable[str],
+    *,
+    total: int,
+    complete: bool,
+    interrupted: bool,
+    breaker_trips: int,
+    elapsed_s: float,
+    output: str,
+) -> Summary:
+    """A ``Summary`` of the journal's records (JSON strings); streams, with bounded memory."""
+    by_status: dict[str, int] = {}
+    by_error: dict[str, int] = {}
+    latency = LatencyHistogram()
+    done = retries = 0
+    for text in records:
+        record: dict[str, Any] = json.loads(text)
+        done += 1
+        status = record.get("status")
+        key = "none" if status is None else str(status)
+        by_status[key] = by_status.get(key, 0) + 1
+        kind = record.get("error_kind")
+        if kind:
+            by_error[kind] = by_error.get(kind, 0) + 1
+        retries += max(0, int(record.get("attempts") or 0) - 1)
+        if status is not None and record.get("elapsed_ms") is not None:
+            latency.record(float(record["elapsed_ms"]) / 1000.0)
+    has = latency.count > 0
+
+    def pct(q: float) -> float | None:
+        return round(latency.percentile(q) * 1000.0, 3) if has else None
+
+    return Summary(
+        total=total,
+        done=done,
+        complete=complete,
+        interrupted=interrupted,
+        by_status=by_status,
+        by_error=by_error,
+        latency_p50_ms=pct(50),
+        latency_p90_ms=pct(90),
+        latency_p99_ms=pct(99),
+        retries=retries,
+        breaker_trips=breaker_trips,
+        elapsed_s=round(elapsed_s, 3),
+        output=output,
+    )

@@ -1,0 +1,46 @@
+"""corun.http: a resilient HTTP client on aiohttp, configured by one ``ClientOptions``.
+
+See docs/http.md.
+"""
+
+from corun.http.client import Client, ClientStatistics, Response, host_key, parse_url
+from corun.http.errors import (
+    BodyTooLarge,
+    ConnectError,
+    HttpError,
+    InvalidURL,
+    ProtocolError,
+    Rejected,
+    RequestTimeout,
+    TLSError,
+    TooManyRedirects,
+    UnsupportedScheme,
+)
+from corun.http.options import (
+    DEFAULT_MAX_BODY,
+    IDEMPOTENT_METHODS,
+    RETRY_STATUSES,
+    ClientOptions,
+)
+
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "IDEMPOTENT_METHODS",
+    "RETRY_STATUSES",
+    "BodyTooLarge",
+    "Client",
+    "ClientOptions",
+    "ClientStatistics",
+    "ConnectError",
+    "HttpError",
+    "InvalidURL",
+    "ProtocolError",
+    "Rejected",
+    "RequestTimeout",
+    "Response",
+    "TLSError",
+    "TooManyRedirects",
+    "UnsupportedScheme",
+    "host_key",
+    "parse_url",
+]

@@ -1,0 +1,223 @@
+"""corun.fetch: input parsing, the journal, resumption and the CLI, against a real server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import corun
+from conftest import ThreadServer
+from corun.fetch import (
+    BadInput,
+    FetchOptions,
+    FetchRequest,
+    Journal,
+    JournalMismatch,
+    fingerprint,
+    journal_path,
+    parse_line,
+    run_fetch,
+)
+from corun.http import ClientOptions
+from corun.resilience import RetryOptions
+
+pytestmark = pytest.mark.timeout(90)
+
+FAST = ClientOptions(
+    retry=RetryOptions(max_attempts=3, initial_delay=0.001, max_delay=0.01),
+    per_host_concurrency=8,
+)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text()
+    assert text.endswith("\n") or text == ""
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_parse_line() -> None:
+    assert parse_line(1, b"http://a.example/x") == FetchRequest(
+        1, None, "http://a.example/x", "GET", {}, None
+    )
+    item = parse_line(
+        2, b'{"url": "http://a.example/", "method": "post", "id": 7, "body": {"k": 1}}'
+    )
+    assert isinstance(item, FetchRequest)
+    assert (item.method, item.id, item.body) == ("POST", 7, '{"k":1}')
+    for raw, kind in [
+        (b"{nope", "invalid_json"),
+        (b'{"url": "http://a.example/", "headers": [1]}', "invalid_request"),
+        (b"ftp://x/y", "unsupported_scheme"),
+        (b"http:///nohost", "invalid_url"),
+        (b"not a url", "invalid_url"),
+        (b"", "invalid_request"),
+        (b'{"id": 3}', "invalid_request"),
+        (b"\xff\xfe", "invalid_request"),
+    ]:
+        bad = parse_line(5, raw)
+        assert isinstance(bad, BadInput) and bad.kind == kind, raw
+        assert bad.line == 5 and bad.error
+
+
+def test_fetch_writes_one_line_per_input_line(server: ThreadServer, tmp_path: Path) -> None:
+    base = server.base
+    lines = [
+        f"{base}/ok?n=1",
+        json.dumps({"url": f"{base}/ok?n=2", "id": "two"}),
+        "{bad json",
+        "ftp://example.org/file",
+        "",
+        f"{base}/status/404",
+        f"{base}/binary",
+        f"{base}/flaky?fail=1&tag=f",
+    ]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    summary_path = tmp_path / "summary.json"
+    options = FetchOptions(
+        input=str(src), output=str(out), client=FAST, summary_json=str(summary_path)
+    )
+    summary = corun.run(run_fetch(options))
+    assert summary.complete and summary.done == summary.total == len(lines)
+    records = read_jsonl(out)
+    assert [r["line"] for r in records] == list(range(1, len(lines) + 1))
+    assert records[0]["status"] == 200 and records[0]["body"] == "ok 1"
+    assert records[1]["id"] == "two" and records[1]["body"] == "ok 2"
+    assert records[2]["status"] is None and records[2]["error_kind"] == "invalid_json"
+    assert records[3]["error_kind"] == "unsupported_scheme"
+    assert records[4]["error_kind"] == "invalid_request"
+    assert records[5]["status"] == 404 and records[5]["attempts"] == 1
+    assert records[6]["body_base64"] is True
+    assert base64.b64decode(records[6]["body"]) == bytes(range(256))
+    assert records[7]["status"] == 200 and records[7]["attempts"] == 2
+    assert all({"elapsed_ms", "attempts", "error", "url", "id"} <= set(r) for r in records)
+    data = json.loads(summary_path.read_text())
+    assert data["by_status"] == {"200": 4, "404": 1, "none": 3}
+    assert data["by_error"] == {"invalid_json": 1, "unsupported_scheme": 1, "invalid_request": 1}
+    assert data["retries"] == 1 and data["latency_p50_ms"] > 0
+    # A re-run of a finished run fetches nothing and writes the same output.
+    hits = dict(server.faults.hits)
+    again = corun.run(run_fetch(options))
+    assert again.complete and server.faults.hits == hits
+    assert read_jsonl(out) == records
+
+
+def test_save_dir(server: ThreadServer, tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text(f"{server.base}/ok?n=9\n")
+    options = FetchOptions(
+        input=str(src), output=str(tmp_path / "o.jsonl"), client=FAST, save_dir=str(tmp_path / "b")
+    )
+    corun.run(run_fetch(options))
+    [record] = read_jsonl(tmp_path / "o.jsonl")
+    assert record["body"] is None and Path(record["body_path"]).read_bytes() == b"ok 9"
+
+
+def test_resume_skips_journalled_lines(server: ThreadServer, tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{server.base}/ok?n={i}\n" for i in range(1, 21)))
+    out = tmp_path / "out.jsonl"
+    journal = Journal(journal_path(str(out)), fingerprint(str(src)), 20)
+    for line in range(1, 11):
+        journal.record(line, {"line": line, "id": None, "status": 299, "error": None})
+    journal.close()
+    summary = corun.run(run_fetch(FetchOptions(input=str(src), output=str(out), client=FAST)))
+    assert summary.complete
+    records = read_jsonl(out)
+    assert [r["line"] for r in records] == list(range(1, 21))
+    assert [r["status"] for r in records] == [299] * 10 + [200] * 10
+    assert server.faults.hits["ok"] == 10
+
+
+def test_journal_refuses_other_input(tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("http://a.example/\n")
+    Journal(str(tmp_path / "j"), fingerprint(str(src)), 1).close()
+    src.write_text("http://b.example/\n")
+    with pytest.raises(JournalMismatch, match="different input"):
+        Journal(str(tmp_path / "j"), fingerprint(str(src)), 1)
+
+
+def _journal_rows(path: str) -> int:
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+def _start(src: Path, out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "corun",
+            "fetch",
+            str(src),
+            "--output",
+            str(out),
+            "--concurrency",
+            "8",
+            "--per-host",
+            "8",
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_rows(path: str, at_least: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while _journal_rows(path) < at_least:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_sigterm_then_sigkill_then_resume(server: ThreadServer, tmp_path: Path) -> None:
+    total = 2000
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{server.base}/ok?n={i}&delay=0.003\n" for i in range(1, total + 1)))
+    out = tmp_path / "out.jsonl"
+    jpath = journal_path(str(out))
+
+    first = _start(src, out)
+    _wait_rows(jpath, 200, first)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(20) == 130  # graceful: interrupted, journal consistent
+    assert not out.exists()
+    after_term = _journal_rows(jpath)
+    assert 200 <= after_term < total
+
+    second = _start(src, out)
+    _wait_rows(jpath, after_term + 200, second)
+    second.kill()  # SIGKILL: no chance to clean up
+    second.wait(10)
+    assert not out.exists()
+    after_kill = _journal_rows(jpath)
+    assert after_kill < total
+
+    third = _start(src, out)
+    assert third.wait(60) == 0, third.stderr.read() if third.stderr else b""
+    records = read_jsonl(out)
+    assert [r["line"] for r in records] == list(range(1, total + 1))  # none lost, none doubled
+    assert all(r["status"] == 200 for r in records)
+    assert all(r["body"] == f"ok {r['line']}" for r in records)
+    # Only unrecorded lines were fetched again (plus at most the in-flight ones killed).
+    assert server.faults.hits["ok"] - total < 2 * 8 + 200 * 2 + 8
+    assert not os.path.exists(str(out) + ".tmp")
