@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from corun.runtime.runner import install
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(*, with_fetch: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="corun", description="corun: an asyncio-compatible coroutine runtime."
     )
@@ -39,9 +39,12 @@ def _build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     bench.add_argument("args", nargs=argparse.REMAINDER, help="options for the suite (--help)")
-    from corun.fetch import cli as fetch_cli
+    if with_fetch:
+        # Imports aiohttp and rich: only when fetch (or the help) is asked for,
+        # so `corun run script.py` starts without them.
+        from corun.fetch import cli as fetch_cli
 
-    fetch_cli.add_parser(commands)
+        fetch_cli.add_parser(commands)
     return parser
 
 
@@ -94,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments[:1] == ["bench"]:
         # Everything after "bench" belongs to the suite's own parser.
         return _bench(arguments[1:])
-    parser = _build_parser()
+    command = arguments[0] if arguments else ""
+    parser = _build_parser(with_fetch=command in ("", "fetch", "-h", "--help"))
     args = parser.parse_args(arguments)
     if args.command == "run":
         return _run(args.module, args.target)
