@@ -2,7 +2,7 @@
 #   make install   create .venv and install corun editable with dev extras, compiled
 #                  with mypyc (CORUN_PURE=1 make install: the pure-Python build)
 #   make test      full pytest suite (our tests + CPython asyncio conformance)
-#   make demo      run examples/demo.py under corun
+#   make demo      corun demo: corun fetch against a local fault-injecting server
 #   make lint      ruff check, ruff format --check, mypy --strict src
 #   make test-pure the whole suite again on the pure-Python build (in .venv-pure)
 
@@ -51,7 +51,7 @@ conformance-baseline: install
 	CORUN_CONFORMANCE_LOOP=asyncio $(VPY) -m pytest tests/conformance $(PYTEST_ARGS)
 
 demo: install
-	$(VENV)/bin/corun run examples/demo.py
+	$(VENV)/bin/corun demo
 
 # The benchmark suite (benchmarks/README.md): corun vs asyncio vs uvloop. Installs wrk
 # (Debian package) and the `bench` extra (uvloop) when missing, without reinstalling corun.

@@ -6,6 +6,7 @@ and ``asyncio.new_event_loop()`` inside it create corun loops.
 ``corun run -m module [args...]`` does the same for ``python -m module``.
 ``corun bench [options]`` runs the benchmark suite of a corun checkout.
 ``corun fetch INPUT --output OUT.jsonl`` fetches URLs, crash-safe (``corun.fetch.cli``).
+``corun demo`` runs ``corun fetch`` against a local fault-injecting server.
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ def _build_parser(*, with_fetch: bool = True) -> argparse.ArgumentParser:
     )
     bench.add_argument("args", nargs=argparse.REMAINDER, help="options for the suite (--help)")
     if with_fetch:
-        # Imports aiohttp and rich: only when fetch (or the help) is asked for,
+        # Imports aiohttp and rich: only when fetch, demo (or the help) is asked for,
         # so `corun run script.py` starts without them.
         from corun.fetch import cli as fetch_cli
+        from corun.fetch import demo
 
         fetch_cli.add_parser(commands)
+        demo.add_parser(commands)
     return parser
 
 
@@ -98,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Everything after "bench" belongs to the suite's own parser.
         return _bench(arguments[1:])
     command = arguments[0] if arguments else ""
-    parser = _build_parser(with_fetch=command in ("", "fetch", "-h", "--help"))
+    parser = _build_parser(with_fetch=command in ("", "fetch", "demo", "-h", "--help"))
     args = parser.parse_args(arguments)
     if args.command == "run":
         return _run(args.module, args.target)
@@ -108,5 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from corun.fetch import cli as fetch_cli
 
         return fetch_cli.main(args)
+    if args.command == "demo":
+        from corun.fetch import demo
+
+        return demo.main(args)
     parser.print_help()
     return 2

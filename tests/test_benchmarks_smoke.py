@@ -1,0 +1,64 @@
+"""Smoke test of the benchmark suite: a tiny run, then the JSON schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(
+    not (ROOT / "benchmarks" / "__main__.py").exists(), reason="benchmarks/ not present"
+)
+
+
+def test_quick_run_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--quick",
+            "--only",
+            "call_soon,timers",
+            "--repeat",
+            "1",
+            "--loops",
+            "corun,asyncio",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["schema"] == 1
+    assert doc["loops"] == ["corun", "asyncio"]
+    for key in ("cpu", "cores", "python", "kernel"):
+        assert key in doc["machine"]
+    assert doc["corun"]["compiled_seen"], doc["corun"]
+    assert [r["case"] for r in doc["results"]] == ["call_soon", "timers"]
+    for res in doc["results"]:
+        assert set(res["runs"]) == {"corun", "asyncio"}
+        for runs in res["runs"].values():
+            assert len(runs) == 1 and runs[0]["ok"], runs
+        (metric,) = res["metrics"]
+        assert metric["key"] == "time_ms" and metric["unit"] == "ms"
+        assert metric["median"]["corun"] > 0 and metric["median"]["asyncio"] > 0
+        assert metric["vs_asyncio"] == pytest.approx(
+            metric["median"]["asyncio"] / metric["median"]["corun"]
+        )
+        assert metric["target_vs_asyncio"] == 1.8
+        assert metric["met"] in (True, False)
+    md = (out / "results.md").read_text()
+    assert "| benchmark | metric | corun | asyncio | uvloop |" in md
+    assert "call_soon" in md and "timers" in md
