@@ -10,22 +10,19 @@ stays open, as asyncio specifies.
 from __future__ import annotations
 
 import asyncio
-import collections
 import socket
-import warnings
-from asyncio import trsock
 from typing import Any, Final
 
 from corun.runtime.core import LoopCore
 from corun.runtime.futures import Future
 from corun.runtime.streams import LOG_THRESHOLD_FOR_CONNLOST_WRITES, _set_result_unless_cancelled
-from corun.runtime.transport_base import FlowControlTransport, logger
+from corun.runtime.transport_base import SocketTransport, logger
 
 #: The largest datagram read (the largest UDP payload).
 MAX_DATAGRAM: Final = 256 * 1024
 
 
-class DatagramTransport(FlowControlTransport, asyncio.DatagramTransport):
+class DatagramTransport(SocketTransport, asyncio.DatagramTransport):
     """The transport of a datagram socket."""
 
     def __init__(
@@ -37,28 +34,9 @@ class DatagramTransport(FlowControlTransport, asyncio.DatagramTransport):
         waiter: Future | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(loop, extra)
-        self._extra["socket"] = trsock.TransportSocket(sock)
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
-        if "peername" not in self._extra:
-            try:
-                self._extra["peername"] = sock.getpeername()
-            except OSError:
-                self._extra["peername"] = None
-        # Invariant: _buffer_size == sum(len(data) for data, _ in _buffer); the
-        # writer is registered exactly when _buffer is not empty.
-        self._sock: socket.socket | None = sock
-        self._sock_fd: int = sock.fileno()
+        super().__init__(loop, sock, extra)
         self._address = address  # the connected peer, if any
-        self._buffer: collections.deque[tuple[bytes, Any]] = collections.deque()
-        self._buffer_size: int = 0
-        self._conn_lost: int = 0
-        self._closing: bool = False
         self._protocol = protocol
-        loop._transports[self._sock_fd] = self
         loop.call_soon(protocol.connection_made, self)
         loop.call_soon(self._start_reading)
         if waiter is not None:
@@ -68,12 +46,6 @@ class DatagramTransport(FlowControlTransport, asyncio.DatagramTransport):
         state = "closed" if self._sock is None else "closing" if self._closing else "open"
         return f"<{type(self).__name__} {state} fd={self._sock_fd} bufsize={self._buffer_size}>"
 
-    def __del__(self) -> None:
-        sock = self._sock
-        if sock is not None:
-            warnings.warn(f"unclosed transport {self!r}", ResourceWarning, stacklevel=2)
-            sock.close()
-
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         """Deliver events to ``protocol`` from now on."""
         self._protocol = protocol
@@ -81,14 +53,6 @@ class DatagramTransport(FlowControlTransport, asyncio.DatagramTransport):
     def get_protocol(self) -> asyncio.BaseProtocol:
         """The protocol events go to."""
         return self._protocol  # type: ignore[no-any-return]
-
-    def is_closing(self) -> bool:
-        """Whether close() or abort() was called."""
-        return self._closing
-
-    def get_write_buffer_size(self) -> int:
-        """Bytes of datagrams waiting to be sent."""
-        return self._buffer_size
 
     def _start_reading(self) -> None:
         if not self._closing:
@@ -179,41 +143,3 @@ class DatagramTransport(FlowControlTransport, asyncio.DatagramTransport):
             self._loop._remove_writer(self._sock_fd)
             if self._closing:
                 self._call_connection_lost(None)
-
-    def close(self) -> None:
-        """Stop receiving, send what is buffered, then close."""
-        if self._closing:
-            return
-        self._closing = True
-        self._loop._remove_reader(self._sock_fd)
-        if not self._buffer:
-            self._conn_lost += 1
-            self._loop._remove_writer(self._sock_fd)
-            self._loop.call_soon(self._call_connection_lost, None)
-
-    def abort(self) -> None:
-        """Close at once, dropping buffered datagrams."""
-        self._force_close(None)
-
-    def _force_close(self, exc: BaseException | None) -> None:
-        if self._conn_lost:
-            return
-        if self._buffer:
-            self._buffer.clear()
-            self._buffer_size = 0
-            self._loop._remove_writer(self._sock_fd)
-        if not self._closing:
-            self._closing = True
-            self._loop._remove_reader(self._sock_fd)
-        self._conn_lost += 1
-        self._loop.call_soon(self._call_connection_lost, exc)
-
-    def _call_connection_lost(self, exc: BaseException | None) -> None:
-        try:
-            self._protocol.connection_lost(exc)
-        finally:
-            sock = self._sock
-            if sock is not None:
-                self._sock = None
-                sock.close()
-            self._protocol = None

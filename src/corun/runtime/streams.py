@@ -20,16 +20,13 @@ exactly once, after ``connection_lost`` returns.
 from __future__ import annotations
 
 import asyncio
-import collections
 import socket
-import warnings
-from asyncio import trsock
 from itertools import islice
 from typing import Any, Final
 
 from corun.runtime.core import LoopCore
 from corun.runtime.futures import Future
-from corun.runtime.transport_base import FlowControlTransport, logger
+from corun.runtime.transport_base import SocketTransport, logger
 
 #: The most one recv() reads.
 MAX_READ: Final = 256 * 1024
@@ -60,7 +57,7 @@ def _set_nodelay(sock: socket.socket) -> None:
             pass
 
 
-class StreamTransport(FlowControlTransport):
+class StreamTransport(SocketTransport):
     """The transport of a connected stream socket (TCP or Unix)."""
 
     # loop.start_tls() may wrap this transport.
@@ -77,27 +74,7 @@ class StreamTransport(FlowControlTransport):
         extra: dict[str, Any] | None = None,
         server: Any = None,
     ) -> None:
-        super().__init__(loop, extra)
-        self._extra["socket"] = trsock.TransportSocket(sock)
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
-        if "peername" not in self._extra:
-            try:
-                self._extra["peername"] = sock.getpeername()
-            except OSError:
-                self._extra["peername"] = None
-        # Invariant: _sock is None once connection_lost was called (and the
-        # socket closed). _conn_lost counts calls after the connection is
-        # lost. _buffer_size == sum(len(chunk) for chunk in _buffer). The
-        # writer is registered exactly when _buffer is not empty.
-        self._sock: socket.socket | None = sock
-        self._sock_fd: int = sock.fileno()
-        self._buffer: collections.deque[bytes | memoryview] = collections.deque()
-        self._buffer_size: int = 0
-        self._conn_lost: int = 0
-        self._closing: bool = False
+        super().__init__(loop, sock, extra)
         self._paused: bool = False  # reading paused by pause_reading()
         self._eof: bool = False  # write_eof() was called
         self._buffered_protocol: bool = False
@@ -107,7 +84,6 @@ class StreamTransport(FlowControlTransport):
         self.set_protocol(protocol)
         if server is not None:
             server._attach(self)
-        loop._transports[self._sock_fd] = self
         _set_nodelay(sock)
         loop.call_soon(self._protocol.connection_made, self)
         # Start reading only after connection_made(): it may pause reading.
@@ -128,12 +104,6 @@ class StreamTransport(FlowControlTransport):
             info.append(f"write=<{state}, bufsize={self._buffer_size}>")
         return "<{}>".format(" ".join(info))
 
-    def __del__(self) -> None:
-        sock = self._sock
-        if sock is not None:
-            warnings.warn(f"unclosed transport {self!r}", ResourceWarning, stacklevel=2)
-            sock.close()
-
     # --- protocol ------------------------------------------------------------
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
@@ -145,10 +115,6 @@ class StreamTransport(FlowControlTransport):
     def get_protocol(self) -> asyncio.BaseProtocol:
         """The protocol events go to."""
         return self._protocol  # type: ignore[no-any-return]
-
-    def is_closing(self) -> bool:
-        """Whether close() or abort() was called, or the connection was lost."""
-        return self._closing
 
     # --- reading -------------------------------------------------------------
 
@@ -367,10 +333,6 @@ class StreamTransport(FlowControlTransport):
                 buffer[0] = memoryview(chunk)[nbytes:]
                 break
 
-    def get_write_buffer_size(self) -> int:
-        """Bytes buffered and not yet sent."""
-        return self._buffer_size
-
     def write_eof(self) -> None:
         """Shut down the sending side once the buffer has drained."""
         if self._closing or self._eof:
@@ -400,45 +362,11 @@ class StreamTransport(FlowControlTransport):
 
     # --- closing -------------------------------------------------------------
 
-    def close(self) -> None:
-        """Stop reading, send what is buffered, then close the connection."""
-        if self._closing:
-            return
-        self._closing = True
-        self._loop._remove_reader(self._sock_fd)
-        if not self._buffer:
-            self._conn_lost += 1
-            self._loop._remove_writer(self._sock_fd)
-            self._loop.call_soon(self._call_connection_lost, None)
+    def _protocol_wants_connection_lost(self) -> bool:
+        return self._protocol_connected
 
-    def abort(self) -> None:
-        """Close at once, dropping buffered data."""
-        self._force_close(None)
-
-    def _force_close(self, exc: BaseException | None) -> None:
-        if self._conn_lost:
-            return
-        if self._buffer:
-            self._buffer.clear()
-            self._buffer_size = 0
-            self._loop._remove_writer(self._sock_fd)
-        if not self._closing:
-            self._closing = True
-            self._loop._remove_reader(self._sock_fd)
-        self._conn_lost += 1
-        self._loop.call_soon(self._call_connection_lost, exc)
-
-    def _call_connection_lost(self, exc: BaseException | None) -> None:
-        try:
-            if self._protocol_connected:
-                self._protocol.connection_lost(exc)
-        finally:
-            sock = self._sock
-            if sock is not None:
-                self._sock = None
-                sock.close()
-            self._protocol = None
-            server = self._server
-            if server is not None:
-                self._server = None
-                server._detach(self)
+    def _connection_lost_done(self) -> None:
+        server = self._server
+        if server is not None:
+            self._server = None
+            server._detach(self)

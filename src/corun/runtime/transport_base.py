@@ -10,7 +10,11 @@ to the low-water mark or below.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import socket
+import warnings
+from asyncio import trsock
 from typing import Any, Final
 
 from corun.runtime.core import LoopCore
@@ -127,3 +131,98 @@ class FlowControlTransport(asyncio.Transport):
                 }
             )
         self._force_close(exc)
+
+
+class SocketTransport(FlowControlTransport):
+    """What the stream and datagram transports share: a socket, a write buffer, closing.
+
+    Subclasses keep their buffer's items in ``_buffer`` (any deque) and its
+    byte count in ``_buffer_size``; ``_connection_lost_done()`` is their hook
+    for work after the protocol heard ``connection_lost``.
+    """
+
+    def __init__(
+        self, loop: LoopCore, sock: socket.socket, extra: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(loop, extra)
+        self._extra["socket"] = trsock.TransportSocket(sock)
+        try:
+            self._extra["sockname"] = sock.getsockname()
+        except OSError:
+            self._extra["sockname"] = None
+        if "peername" not in self._extra:
+            try:
+                self._extra["peername"] = sock.getpeername()
+            except OSError:
+                self._extra["peername"] = None
+        # Invariant: _sock is None once connection_lost was called (and the
+        # socket closed). _conn_lost counts calls after the connection is
+        # lost. _buffer_size is the byte count of _buffer, and the writer is
+        # registered exactly when _buffer is not empty.
+        self._sock: socket.socket | None = sock
+        self._sock_fd: int = sock.fileno()
+        self._buffer: collections.deque[Any] = collections.deque()
+        self._buffer_size: int = 0
+        self._conn_lost: int = 0
+        self._closing: bool = False
+        loop._transports[self._sock_fd] = self
+
+    def __del__(self) -> None:
+        sock = self._sock
+        if sock is not None:
+            warnings.warn(f"unclosed transport {self!r}", ResourceWarning, stacklevel=2)
+            sock.close()
+
+    def is_closing(self) -> bool:
+        """Whether close() or abort() was called, or the connection was lost."""
+        return self._closing
+
+    def get_write_buffer_size(self) -> int:
+        """Bytes buffered and not yet sent."""
+        return self._buffer_size
+
+    def close(self) -> None:
+        """Stop reading, send what is buffered, then close."""
+        if self._closing:
+            return
+        self._closing = True
+        self._loop._remove_reader(self._sock_fd)
+        if not self._buffer:
+            self._conn_lost += 1
+            self._loop._remove_writer(self._sock_fd)
+            self._loop.call_soon(self._call_connection_lost, None)
+
+    def abort(self) -> None:
+        """Close at once, dropping what is buffered."""
+        self._force_close(None)
+
+    def _force_close(self, exc: BaseException | None) -> None:
+        if self._conn_lost:
+            return
+        if self._buffer:
+            self._buffer.clear()
+            self._buffer_size = 0
+            self._loop._remove_writer(self._sock_fd)
+        if not self._closing:
+            self._closing = True
+            self._loop._remove_reader(self._sock_fd)
+        self._conn_lost += 1
+        self._loop.call_soon(self._call_connection_lost, exc)
+
+    def _protocol_wants_connection_lost(self) -> bool:
+        return True
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            if self._protocol_wants_connection_lost():
+                self._protocol.connection_lost(exc)
+        finally:
+            sock = self._sock
+            if sock is not None:
+                self._sock = None
+                sock.close()
+            self._protocol = None
+            self._connection_lost_done()
+
+    def _connection_lost_done(self) -> None:
+        """Called once the protocol heard connection_lost and the socket is closed."""
