@@ -70,7 +70,31 @@ def _unregister(loop: LoopCore, fd: int, transport: object) -> None:
         del loop._transports[fd]
 
 
-class ReadPipeTransport(asyncio.ReadTransport):
+class _PipeEnd:
+    """The end of a pipe transport's life, shared by both directions."""
+
+    _loop: LoopCore
+    _protocol: Any
+    _pipe: Any
+    _fileno: int
+
+    def _call_connection_lost(self, exc: BaseException | None) -> None:
+        try:
+            self._protocol.connection_lost(exc)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        pipe = self._pipe
+        if pipe is None:
+            return
+        self._pipe = None
+        self._protocol = None  # breaks the transport <-> protocol cycle
+        _unregister(self._loop, self._fileno, self)
+        pipe.close()
+
+
+class ReadPipeTransport(_PipeEnd, asyncio.ReadTransport):
     """The read end of a pipe, socket or character device, as a transport.
 
     Made by ``loop.connect_read_pipe()``; the protocol gets ``data_received``,
@@ -230,23 +254,8 @@ class ReadPipeTransport(asyncio.ReadTransport):
         self._loop._remove_reader(self._fileno)
         self._loop.call_soon(self._call_connection_lost, exc)
 
-    def _call_connection_lost(self, exc: BaseException | None) -> None:
-        try:
-            self._protocol.connection_lost(exc)
-        finally:
-            self._release()
 
-    def _release(self) -> None:
-        pipe = self._pipe
-        if pipe is None:
-            return
-        self._pipe = None
-        self._protocol = None  # breaks the transport <-> protocol cycle
-        _unregister(self._loop, self._fileno, self)
-        pipe.close()
-
-
-class WritePipeTransport(FlowControlTransport):
+class WritePipeTransport(_PipeEnd, FlowControlTransport):
     """The write end of a pipe, socket or character device, as a transport.
 
     Made by ``loop.connect_write_pipe()``. ``write()`` never blocks: what the
@@ -465,21 +474,6 @@ class WritePipeTransport(FlowControlTransport):
             return
         self._loop._remove_reader(self._fileno)
         self._loop.call_soon(self._call_connection_lost, exc)
-
-    def _call_connection_lost(self, exc: BaseException | None) -> None:
-        try:
-            self._protocol.connection_lost(exc)
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        pipe = self._pipe
-        if pipe is None:
-            return
-        self._pipe = None
-        self._protocol = None  # breaks the transport <-> protocol cycle
-        _unregister(self._loop, self._fileno, self)
-        pipe.close()
 
 
 async def connect_read_pipe(
