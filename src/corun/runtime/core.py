@@ -48,7 +48,6 @@ from asyncio import (
 from asyncio import Future as AsyncioFuture
 from asyncio import events as _events
 from asyncio import timeout as _timeout
-from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeAlias, TypeVar, TypeVarTuple, Unpack, cast
@@ -57,7 +56,7 @@ from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import DEBUG_STACK_DEPTH
 from corun.runtime.futures import Future
-from corun.runtime.handles import Handle
+from corun.runtime.handles import Handle, ReadyQueue
 from corun.runtime.instruments import Instrument, Instruments
 from corun.runtime.io_epoll import EpollIO
 from corun.runtime.task_core import TaskCore
@@ -148,7 +147,7 @@ class LoopStatistics:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class LoopCore:
+class LoopCore(ReadyQueue):
     """The core of corun's event loop: a ready queue, a timer heap and epoll.
 
     Not used directly: ``corun.EventLoop`` (``loop.py``) is the complete loop.
@@ -158,13 +157,13 @@ class LoopCore:
     """
 
     def __init__(self) -> None:
+        # The ready queue, _closed and _debug live in ReadyQueue.
+        super().__init__()
         # Invariant: _thread_id is the running thread's id while run_forever()
-        # runs, None otherwise. _ready holds handles in FIFO order; cancelled
-        # ones are skipped when popped.
-        self._ready: deque[Handle] = deque()
+        # runs, None otherwise.
+        self._plain_call_soon = type(self).call_soon is LoopCore.call_soon
         self._timers: TimerQueue = TimerQueue()
         self._io: EpollIO = EpollIO()
-        self._closed: bool = False
         self._stopping: bool = False
         self._thread_id: int | None = None
         # The clock seam. An attribute, not a call of self.time(): on the
@@ -172,7 +171,7 @@ class LoopCore:
         self._clock: Callable[[], float] = time.monotonic
         self._clock_resolution: float = time.get_clock_info("monotonic").resolution
         self._exception_handler: _ExceptionHandler | None = None
-        self._debug: bool = _is_debug_mode()
+        self._debug = _is_debug_mode()
         #: In debug mode, callbacks that run longer than this are logged.
         self.slow_callback_duration: float = 0.1
         self._current_handle: Handle | None = None

@@ -1,16 +1,62 @@
-"""Handles: a callback, its arguments and its context, waiting in the ready queue."""
+"""Handles: a callback, its arguments and its context, waiting in the ready queue.
+
+``ReadyQueue`` is the part of the loop that Handles, Futures and Tasks touch on
+every step, and ``call_soon`` below is how Futures and Tasks schedule onto it.
+"""
 
 from __future__ import annotations
 
 import contextvars
 import traceback
+from asyncio import AbstractEventLoop
+from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
+
+from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import extract_stack, format_callback_source
 
-if TYPE_CHECKING:
-    from corun.runtime.core import LoopCore
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class ReadyQueue:
+    """The loop's ready queue and the flags that decide how to append to it.
+
+    ``LoopCore`` is its only subclass. It sits down here so that Futures and
+    Tasks can schedule their callbacks by appending to the queue: calling
+    ``loop.call_soon`` on the interpreted ``EventLoop`` costs a Python-level
+    method dispatch, while these attributes are read directly.
+    """
+
+    def __init__(self) -> None:
+        # Invariant: _ready holds handles in FIFO order; cancelled ones are
+        # skipped when popped. _plain_call_soon is False once call_soon was
+        # overridden (by a subclass, or on the instance): then the override
+        # is called, as asyncio's Future and Task would call it.
+        self._ready: deque[Handle] = deque()
+        self._closed: bool = False
+        self._debug: bool = False
+        self._plain_call_soon: bool = True
+
+
+def call_soon(
+    loop: AbstractEventLoop,
+    queue: ReadyQueue | None,
+    callback: Callable[..., object],
+    arg: object,
+    context: contextvars.Context | None,
+) -> None:
+    """``loop.call_soon(callback, arg, context=context)``, for Futures and Tasks.
+
+    ``queue`` is ``loop`` when it is a corun loop, else None. Straight onto the
+    ready queue when nothing would differ from ``LoopCore.call_soon``: the
+    loop is open, not in debug mode (thread and callback checks), and its
+    ``call_soon`` is not overridden.
+    """
+    if queue is not None and queue._plain_call_soon and not queue._debug and not queue._closed:
+        queue._ready.append(Handle(callback, (arg,), queue, context))
+    else:
+        loop.call_soon(callback, arg, context=context)
 
 
 class Handle:
@@ -35,13 +81,13 @@ class Handle:
         self,
         callback: Callable[..., object],
         args: Sequence[Any],
-        loop: LoopCore,
+        loop: ReadyQueue,
         context: contextvars.Context | None = None,
     ) -> None:
         if context is None:
             context = contextvars.copy_context()
         self._context: contextvars.Context = context
-        self._loop: LoopCore = loop
+        self._loop: ReadyQueue = loop
         self._callback: Callable[..., object] | None = callback
         self._args: Sequence[Any] | None = args
         self._cancelled: bool = False
@@ -102,4 +148,5 @@ class Handle:
             }
             if self._source_traceback:
                 context["source_traceback"] = self._source_traceback
-            self._loop.call_exception_handler(context)
+            # The loop is a LoopCore; the base class does not declare the method.
+            cast(Any, self._loop).call_exception_handler(context)

@@ -34,6 +34,14 @@ class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
     ``asyncio.Runner(loop_factory=corun.new_event_loop)``, or ``corun.install()``.
     """
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Futures and Tasks append to the ready queue directly while call_soon
+        # is LoopCore's own; a call_soon replaced on the instance (as tests and
+        # tracing tools do) must be called instead, as asyncio would.
+        if name == "call_soon":
+            object.__setattr__(self, "_plain_call_soon", False)
+        object.__setattr__(self, name, value)
+
     # --- sockets, connections and servers ---
 
     async def sock_recv(self, sock: socket.socket, nbytes: int) -> bytes:

@@ -37,6 +37,7 @@ from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import format_coroutine
 from corun.runtime.futures import FINISHED, PENDING, Future
+from corun.runtime.handles import call_soon
 from corun.runtime.instruments import NO_INSTRUMENTS, Instruments
 
 # asyncio's registry of current and all tasks. These are the C
@@ -106,7 +107,7 @@ class TaskCore(Future):
         )
         instruments: Instruments = getattr(self._loop, "_corun_instruments", NO_INSTRUMENTS)
         self._instruments: Instruments = instruments
-        self._loop.call_soon(self.__step, context=self._context)
+        call_soon(self._loop, self._queue, self.__step, None, self._context)
         _register_task(self)
         if instruments.task_spawned:
             instruments.call_task_hook("task_spawned", instruments.task_spawned, self)
@@ -311,15 +312,15 @@ class TaskCore(Future):
                     else:
                         result._asyncio_future_blocking = False
                         if result._state == PENDING:
-                            result._callbacks.append((self.__wakeup, self._context))
+                            result._add_callback(self.__wakeup, self._context)
                         else:
-                            loop.call_soon(self.__wakeup, result, context=self._context)
+                            call_soon(loop, self._queue, self.__wakeup, result, self._context)
                         self._fut_waiter = result
                         if self._must_cancel and result.cancel(msg=self._cancel_message):
                             self._must_cancel = False
                 elif result is None:
                     # A bare yield (asyncio.sleep(0)): run again on the next iteration.
-                    loop.call_soon(self.__step, context=self._context)
+                    call_soon(loop, self._queue, self.__step, None, self._context)
                 else:
                     self.__handle_yield(result)
         finally:
