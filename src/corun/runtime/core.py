@@ -59,7 +59,7 @@ from corun.runtime.futures import Future
 from corun.runtime.handles import Handle, ReadyQueue
 from corun.runtime.instruments import Instrument, Instruments
 from corun.runtime.io_epoll import EpollIO
-from corun.runtime.task_core import TaskCore
+from corun.runtime.task_core import TaskCore, task_step
 from corun.runtime.tasks import Task
 from corun.runtime.timers import TimerHandle, TimerQueue
 
@@ -121,9 +121,10 @@ def _sighandler_noop(signum: int, frame: object) -> None:
 
 def _format_handle(handle: Handle) -> str:
     callback = handle._callback
-    owner = getattr(callback, "__self__", None)
+    args = handle._args
+    owner = args[0] if callback is task_step and args else getattr(callback, "__self__", None)
     if isinstance(owner, TaskCore):
-        # A task's step: name the task, which says more than "Task.__step".
+        # A task's step or wakeup: name the task, which says more than "task_step".
         return repr(owner)
     return str(handle)
 

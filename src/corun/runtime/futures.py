@@ -194,12 +194,12 @@ class Future:
             context = self._context0
             self._callback0 = None
             self._context0 = None
-            call_soon(loop, queue, fn, self, context)
+            call_soon(loop, queue, fn, (self,), context)
         more = self._more_callbacks
         if more is not None:
             self._more_callbacks = None
             for fn, context in more:
-                call_soon(loop, queue, fn, self, context)
+                call_soon(loop, queue, fn, (self,), context)
 
     def _add_callback(self, fn: _Callback, context: contextvars.Context) -> None:
         """Register ``fn`` (the future is pending)."""
@@ -264,7 +264,7 @@ class Future:
         If it is done already, ``fn`` is scheduled with ``call_soon`` at once.
         """
         if self._state != PENDING:
-            call_soon(self._loop, self._queue, fn, self, context)
+            call_soon(self._loop, self._queue, fn, (self,), context)
             return
         if context is None:
             context = contextvars.copy_context()

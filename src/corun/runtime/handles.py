@@ -43,10 +43,10 @@ def call_soon(
     loop: AbstractEventLoop,
     queue: ReadyQueue | None,
     callback: Callable[..., object],
-    arg: object,
+    args: tuple[Any, ...],
     context: contextvars.Context | None,
 ) -> None:
-    """``loop.call_soon(callback, arg, context=context)``, for Futures and Tasks.
+    """``loop.call_soon(callback, *args, context=context)``, for Futures and Tasks.
 
     ``queue`` is ``loop`` when it is a corun loop, else None. Straight onto the
     ready queue when nothing would differ from ``LoopCore.call_soon``: the
@@ -54,9 +54,9 @@ def call_soon(
     ``call_soon`` is not overridden.
     """
     if queue is not None and queue._plain_call_soon and not queue._debug and not queue._closed:
-        queue._ready.append(Handle(callback, (arg,), queue, context))
+        queue._ready.append(Handle(callback, args, queue, context))
     else:
-        loop.call_soon(callback, arg, context=context)
+        loop.call_soon(callback, *args, context=context)
 
 
 class Handle:
@@ -137,7 +137,17 @@ class Handle:
         if callback is None or args is None:  # cancelled while queued
             return
         try:
-            self._context.run(callback, *args)
+            # Spelled out for the common arities: ``run(callback, *args)``
+            # would build a new argument tuple on every call.
+            nargs = len(args)
+            if nargs == 0:
+                self._context.run(callback)
+            elif nargs == 1:
+                self._context.run(callback, args[0])
+            elif nargs == 2:
+                self._context.run(callback, args[0], args[1])
+            else:
+                self._context.run(callback, *args)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:

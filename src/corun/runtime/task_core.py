@@ -4,7 +4,7 @@
 
 A step sends a value into the coroutine (or throws an exception into it) and
 looks at what it yields. A future-like object with ``_asyncio_future_blocking``
-set means "wake me when this is done": the task registers ``__wakeup`` as a
+set means "wake me when this is done": the task registers ``_wakeup`` as a
 done callback and sleeps. A bare ``yield`` (``asyncio.sleep(0)``) means "run
 me again on the next iteration". Anything else is a programming error that is
 thrown back into the coroutine.
@@ -107,7 +107,7 @@ class TaskCore(Future):
         )
         instruments: Instruments = getattr(self._loop, "_corun_instruments", NO_INSTRUMENTS)
         self._instruments: Instruments = instruments
-        call_soon(self._loop, self._queue, self.__step, None, self._context)
+        schedule_step(self, None)
         _register_task(self)
         if instruments.task_spawned:
             instruments.call_task_hook("task_spawned", instruments.task_spawned, self)
@@ -257,129 +257,154 @@ class TaskCore(Future):
 
     # --- driving the coroutine -------------------------------------------------
 
-    def __step(self, exc: BaseException | None = None) -> None:
-        # One method on purpose: instances are of the interpreted subclass
-        # Task, on which every call of a compiled method on self costs a
-        # Python-level dispatch.
-        if self._state != PENDING:
-            raise InvalidStateError(f"_step(): already done: {self!r}, {exc!r}")
-        if self._must_cancel:
-            if not isinstance(exc, CancelledError):
-                exc = self._make_cancelled_error()
-            self._must_cancel = False
-        self._fut_waiter = None
-        loop = self._loop
-        instruments = self._instruments
-        if instruments.before_task_step:
-            instruments.call_task_hook("before_task_step", instruments.before_task_step, self)
-        _enter_task(loop, self)
-        try:
-            coro = self._coro
-            try:
-                if exc is None:
-                    result = coro.send(None)
-                else:
-                    result = coro.throw(exc)
-            except StopIteration as stop:
-                exc = None
-                if self._must_cancel:
-                    # The task was cancelled while running its last step.
-                    self._must_cancel = False
-                    Future.cancel(self, msg=self._cancel_message)
-                else:
-                    Future.set_result(self, stop.value)
-            except CancelledError as cancelled:
-                exc = None
-                _drop_own_frame(cancelled)
-                self._cancelled_exc = cancelled  # re-raised by result() with its traceback
-                Future.cancel(self)
-            except (KeyboardInterrupt, SystemExit) as error:
-                exc = None
-                Future.set_exception(self, error)
-                raise
-            except BaseException as error:
-                exc = None
-                _drop_own_frame(error)
-                Future.set_exception(self, error)
-            else:
-                if isinstance(result, Future) and result._loop is loop:
-                    # corun's own future or task (the common case): its fields
-                    # are read directly instead of through generic calls, as
-                    # asyncio's C Task does for its own Future. (A subclass
-                    # overriding add_done_callback is therefore not consulted.)
-                    if not result._asyncio_future_blocking or result is self:
-                        self.__handle_yield(result)
-                    else:
-                        result._asyncio_future_blocking = False
-                        if result._state == PENDING:
-                            result._add_callback(self.__wakeup, self._context)
-                        else:
-                            call_soon(loop, self._queue, self.__wakeup, result, self._context)
-                        self._fut_waiter = result
-                        if self._must_cancel and result.cancel(msg=self._cancel_message):
-                            self._must_cancel = False
-                elif result is None:
-                    # A bare yield (asyncio.sleep(0)): run again on the next iteration.
-                    call_soon(loop, self._queue, self.__step, None, self._context)
-                else:
-                    self.__handle_yield(result)
-        finally:
-            _leave_task(loop, self)
-            if instruments.after_task_step:
-                instruments.call_task_hook("after_task_step", instruments.after_task_step, self)
-            if instruments.task_exited and self._state != PENDING:
-                instruments.call_task_hook("task_exited", instruments.task_exited, self)
+    def _wakeup(self, future: Any) -> None:
+        # The done callback of the future this task waits on. Its only job is
+        # to be a bound method (asyncio code and tools look for the task in
+        # ``callback.__self__``); the work is in task_wakeup.
+        task_wakeup(self, future)
 
-    def __handle_yield(self, result: Any) -> None:
-        """What the coroutine yielded, on the general (slower) path."""
-        loop = self._loop
-        blocking = getattr(result, "_asyncio_future_blocking", None)
-        if blocking is not None:
-            # A future-like object: wait for it.
-            if result.get_loop() is not loop:
-                error = RuntimeError(
-                    f"Task {self!r} got Future {result!r} attached to a different loop"
-                )
-                loop.call_soon(self.__step, error, context=self._context)
-            elif blocking:
-                if result is self:
-                    error = RuntimeError(f"Task cannot await on itself: {self!r}")
-                    loop.call_soon(self.__step, error, context=self._context)
+
+# The step and the wakeup are module-level functions, not methods, on purpose:
+# tasks are instances of the interpreted subclass Task, on which every call of
+# a compiled method costs a Python-level dispatch, while a call of a compiled
+# function is a plain C call. The step is scheduled as
+# ``Handle(task_step, (task,))`` or ``(task, exc)``: no bound method to make.
+
+
+def schedule_step(task: TaskCore, exc: BaseException | None) -> None:
+    """Schedule ``task_step(task, exc)`` in the task's context."""
+    call_soon(
+        task._loop, task._queue, task_step, (task,) if exc is None else (task, exc), task._context
+    )
+
+
+def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
+    """Run one step of ``task``: send None into its coroutine, or throw ``exc`` in."""
+    if task._state != PENDING:
+        raise InvalidStateError(f"_step(): already done: {task!r}, {exc!r}")
+    if task._must_cancel:
+        if not isinstance(exc, CancelledError):
+            exc = task._make_cancelled_error()
+        task._must_cancel = False
+    task._fut_waiter = None
+    loop = task._loop
+    instruments = task._instruments
+    if instruments.before_task_step:
+        instruments.call_task_hook("before_task_step", instruments.before_task_step, task)
+    _enter_task(loop, task)
+    try:
+        coro = task._coro
+        try:
+            if exc is None:
+                result = coro.send(None)
+            else:
+                result = coro.throw(exc)
+        except StopIteration as stop:
+            exc = None
+            if task._must_cancel:
+                # The task was cancelled while running its last step.
+                task._must_cancel = False
+                Future.cancel(task, msg=task._cancel_message)
+            else:
+                Future.set_result(task, stop.value)
+        except CancelledError as cancelled:
+            exc = None
+            _drop_own_frame(cancelled)
+            task._cancelled_exc = cancelled  # re-raised by result() with its traceback
+            Future.cancel(task)
+        except (KeyboardInterrupt, SystemExit) as error:
+            exc = None
+            Future.set_exception(task, error)
+            raise
+        except BaseException as error:
+            exc = None
+            _drop_own_frame(error)
+            Future.set_exception(task, error)
+        else:
+            if isinstance(result, Future) and result._loop is loop:
+                # corun's own future or task (the common case): its fields
+                # are read directly instead of through generic calls, as
+                # asyncio's C Task does for its own Future. (A subclass
+                # overriding add_done_callback is therefore not consulted.)
+                if not result._asyncio_future_blocking or result is task:
+                    _handle_yield(task, result)
                 else:
                     result._asyncio_future_blocking = False
-                    result.add_done_callback(self.__wakeup, context=self._context)
-                    self._fut_waiter = result
-                    if self._must_cancel and result.cancel(msg=self._cancel_message):
-                        self._must_cancel = False
+                    wakeup = task._wakeup
+                    if result._state == PENDING:
+                        result._add_callback(wakeup, task._context)
+                    else:
+                        call_soon(loop, task._queue, wakeup, (result,), task._context)
+                    task._fut_waiter = result
+                    if task._must_cancel and result.cancel(msg=task._cancel_message):
+                        task._must_cancel = False
+            elif result is None:
+                # A bare yield (asyncio.sleep(0)): run again on the next iteration.
+                call_soon(loop, task._queue, task_step, (task,), task._context)
             else:
-                error = RuntimeError(
-                    f"yield was used instead of yield from in task {self!r} with {result!r}"
-                )
-                loop.call_soon(self.__step, error, context=self._context)
-        elif result is None:
-            # A bare yield: run again on the next iteration.
-            loop.call_soon(self.__step, context=self._context)
-        elif inspect.isgenerator(result):
-            error = RuntimeError(
-                f"yield was used instead of yield from for generator in task {self!r} "
-                f"with {result!r}"
-            )
-            loop.call_soon(self.__step, error, context=self._context)
-        else:
-            error = RuntimeError(f"Task got bad yield: {result!r}")
-            loop.call_soon(self.__step, error, context=self._context)
+                _handle_yield(task, result)
+    finally:
+        _leave_task(loop, task)
+        if instruments.after_task_step:
+            instruments.call_task_hook("after_task_step", instruments.after_task_step, task)
+        if instruments.task_exited and task._state != PENDING:
+            instruments.call_task_hook("task_exited", instruments.task_exited, task)
 
-    def __wakeup(self, future: Any) -> None:
-        if isinstance(future, Future) and future._state == FINISHED and future._exception is None:
-            # The common case, without raising and catching anything.
-            self.__step(None)
-            return
-        try:
-            future.result()
-        except BaseException as exc:
-            # This may also be a cancellation.
-            self.__step(exc)
+
+def _handle_yield(task: TaskCore, result: Any) -> None:
+    """What the coroutine yielded, on the general (slower) path."""
+    loop = task._loop
+    blocking = getattr(result, "_asyncio_future_blocking", None)
+    if blocking is not None:
+        # A future-like object: wait for it.
+        if result.get_loop() is not loop:
+            schedule_step(
+                task,
+                RuntimeError(f"Task {task!r} got Future {result!r} attached to a different loop"),
+            )
+        elif blocking:
+            if result is task:
+                schedule_step(task, RuntimeError(f"Task cannot await on itself: {task!r}"))
+            else:
+                result._asyncio_future_blocking = False
+                result.add_done_callback(task._wakeup, context=task._context)
+                task._fut_waiter = result
+                if task._must_cancel and result.cancel(msg=task._cancel_message):
+                    task._must_cancel = False
         else:
-            # Don't pass the result: the coroutine reads it from the future
-            # itself, which keeps tracebacks shorter and frees the value sooner.
-            self.__step()
+            schedule_step(
+                task,
+                RuntimeError(
+                    f"yield was used instead of yield from in task {task!r} with {result!r}"
+                ),
+            )
+    elif result is None:
+        # A bare yield: run again on the next iteration.
+        schedule_step(task, None)
+    elif inspect.isgenerator(result):
+        schedule_step(
+            task,
+            RuntimeError(
+                f"yield was used instead of yield from for generator in task {task!r} "
+                f"with {result!r}"
+            ),
+        )
+    else:
+        schedule_step(task, RuntimeError(f"Task got bad yield: {result!r}"))
+
+
+def task_wakeup(task: TaskCore, future: Any) -> None:
+    """Resume ``task`` now that ``future``, which it waited on, is done."""
+    if isinstance(future, Future) and future._state == FINISHED and future._exception is None:
+        # The common case, without raising and catching anything.
+        task_step(task, None)
+        return
+    try:
+        future.result()
+    except BaseException as exc:
+        # This may also be a cancellation.
+        task_step(task, exc)
+    else:
+        # Don't pass the result: the coroutine reads it from the future
+        # itself, which keeps tracebacks shorter and frees the value sooner.
+        task_step(task, None)
