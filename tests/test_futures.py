@@ -315,3 +315,23 @@ def test_set_result_on_future_of_closed_loop_with_callbacks(make_future, loop):
     loop.close()
     with pytest.raises(RuntimeError, match="Event loop is closed"):
         fut.set_result(1)
+
+
+def test_call_soon_replaced_on_the_instance_schedules_done_callbacks(loop, future_cls):
+    # Futures schedule their callbacks with loop.call_soon, as asyncio's do,
+    # even where corun appends to its ready queue directly.
+    scheduled = []
+    real_call_soon = loop.call_soon
+
+    def spy(callback, *args, context=None):
+        scheduled.append(callback)
+        return real_call_soon(callback, *args, context=context)
+
+    loop.call_soon = spy
+    fut = future_cls(loop=loop)
+    seen = []
+    fut.add_done_callback(seen.append)
+    fut.set_result(1)
+    assert scheduled == [seen.append]
+    loop.run_until_complete(asyncio.sleep(0))
+    assert seen == [fut]

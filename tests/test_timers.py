@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import gc
 import random
@@ -300,3 +301,66 @@ def test_call_at_none_is_type_error(loop):
 def test_call_later_non_number_is_type_error(loop):
     with pytest.raises(TypeError):
         loop.call_later("1", lambda: None)
+
+
+def test_time_replaced_on_the_instance_is_used_by_call_later(loop):
+    # call_later reads the clock through loop.time(), as asyncio's does, even
+    # where corun has a direct path to the heap.
+    real = loop.time()
+    loop.time = lambda: real + 3600.0
+    handle = loop.call_later(1.0, lambda: None)
+    assert handle.when() == pytest.approx(real + 3601.0)
+    handle.cancel()
+
+
+def test_call_at_replaced_on_the_instance_is_used_by_call_later(loop):
+    calls = []
+    real_call_at = loop.call_at
+
+    def spy(when, callback, *args, context=None):
+        calls.append((callback, args))
+        return real_call_at(when, callback, *args, context=context)
+
+    loop.call_at = spy
+    seen = []
+    loop.call_later(0.0, seen.append, 1)
+    assert calls == [(seen.append, (1,))]
+    loop.call_later(0.001, loop.stop)
+    loop.run_forever()
+    assert seen == [1]
+
+
+@pytest.mark.corun_only
+def test_timer_heap_random_operations_keep_order_and_invariants(loop):
+    # The heap's own sift loops against a sorted model: random pushes (many
+    # with equal deadlines), cancellations, compactions and pops.
+    from corun.runtime.timers import TimerHandle, TimerQueue
+
+    rng = random.Random(7)
+    queue = TimerQueue()
+    model: list[tuple[float, int, TimerHandle]] = []
+    popped: list[TimerHandle] = []
+    seq = 0
+    for round_ in range(60):
+        for _ in range(rng.randrange(1, 400)):
+            seq += 1
+            handle = TimerHandle(float(rng.randrange(50)), lambda: None, (), loop)
+            queue.push(handle)
+            model.append((handle.when(), seq, handle))
+        for _, _, handle in rng.sample(model, len(model) // 3):
+            handle.cancel()
+        queue._check_invariants()
+        if round_ % 7 == 0:
+            queue.next_deadline()  # may compact
+            queue._check_invariants()
+        ready: collections.deque = collections.deque()
+        end = float(rng.randrange(60))
+        queue.pop_due(end, ready)
+        popped.extend(ready)
+        due = sorted(e for e in model if e[0] < end)
+        assert list(ready) == [h for _, _, h in due if not h.cancelled()]
+        model = [e for e in model if e[0] >= end]
+        queue._check_invariants()
+    live = sorted(e for e in model if not e[2].cancelled())
+    assert queue.next_deadline() == (live[0][0] if live else None)
+    queue.clear()

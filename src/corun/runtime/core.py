@@ -163,6 +163,11 @@ class LoopCore(ReadyQueue):
         # Invariant: _thread_id is the running thread's id while run_forever()
         # runs, None otherwise.
         self._plain_call_soon = type(self).call_soon is LoopCore.call_soon
+        # call_later goes straight to the heap while time() and call_at() are
+        # LoopCore's own (cleared when either is replaced; see EventLoop).
+        self._plain_timers: bool = (
+            type(self).time is LoopCore.time and type(self).call_at is LoopCore.call_at
+        )
         self._timers: TimerQueue = TimerQueue()
         self._io: EpollIO = EpollIO()
         self._stopping: bool = False
@@ -448,8 +453,11 @@ class LoopCore(ReadyQueue):
         """Run ``callback(*args)`` after ``delay`` seconds; timers due together run in FIFO order."""
         if delay is None:
             raise TypeError("delay must not be None")
-        timer = self.call_at(self.time() + delay, callback, *args, context=context)
-        return timer
+        if self._plain_timers:
+            # self.time() and self.call_at() would each cost a Python-level
+            # dispatch on the interpreted EventLoop, for the same result.
+            return _add_timer(self, self._clock() + delay, callback, args, context)
+        return self.call_at(self.time() + delay, callback, *args, context=context)
 
     def call_at(
         self,
@@ -461,14 +469,7 @@ class LoopCore(ReadyQueue):
         """Run ``callback(*args)`` at ``when`` on the loop's clock (``loop.time()``)."""
         if when is None:
             raise TypeError("when cannot be None")
-        self._check_closed()
-        if self._debug:
-            self._check_thread()
-        if self._debug or not callable(callback):
-            self._check_callback(callback, "call_at")
-        timer = TimerHandle(when, callback, args, self, context)
-        self._timers.push(timer)
-        return timer
+        return _add_timer(self, when, callback, args, context)
 
     # --- the self-pipe -------------------------------------------------------
 
@@ -882,6 +883,25 @@ class LoopCore(ReadyQueue):
         else:
             sys.set_coroutine_origin_tracking_depth(self._coroutine_origin_tracking_saved_depth)
         self._coroutine_origin_tracking_enabled = bool(enabled)
+
+
+def _add_timer(
+    loop: LoopCore,
+    when: float,
+    callback: Callable[..., object],
+    args: tuple[Any, ...],
+    context: contextvars.Context | None,
+) -> TimerHandle:
+    """``call_at``'s work, shared with ``call_later``'s direct path."""
+    if loop._closed:
+        raise RuntimeError("Event loop is closed")
+    if loop._debug:
+        loop._check_thread()
+    if loop._debug or not callable(callback):  # callable() is cheap and rejects coroutines
+        loop._check_callback(callback, "call_at")
+    timer = TimerHandle(when, callback, args, loop, context)
+    loop._timers.push(timer)
+    return timer
 
 
 def _format_list(stack: Any) -> list[str]:

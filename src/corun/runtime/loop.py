@@ -36,10 +36,13 @@ class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Futures and Tasks append to the ready queue directly while call_soon
-        # is LoopCore's own; a call_soon replaced on the instance (as tests and
-        # tracing tools do) must be called instead, as asyncio would.
+        # is LoopCore's own, and call_later goes to the timer heap directly
+        # while time and call_at are. A method replaced on the instance (as
+        # tests and tracing tools do) must be called instead, as asyncio would.
         if name == "call_soon":
             object.__setattr__(self, "_plain_call_soon", False)
+        elif name in ("time", "call_at"):
+            object.__setattr__(self, "_plain_timers", False)
         object.__setattr__(self, name, value)
 
     # --- sockets, connections and servers ---
