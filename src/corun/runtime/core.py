@@ -57,7 +57,7 @@ from mypy_extensions import mypyc_attr
 from corun.runtime.formatting import DEBUG_STACK_DEPTH
 from corun.runtime.futures import Future
 from corun.runtime.handles import Handle, ReadyQueue
-from corun.runtime.instruments import Instrument, Instruments
+from corun.runtime.instruments import Instrument
 from corun.runtime.io_epoll import EpollIO
 from corun.runtime.task_core import TaskCore, task_step
 from corun.runtime.tasks import Task
@@ -121,7 +121,7 @@ def _sighandler_noop(signum: int, frame: object) -> None:
 
 def _format_handle(handle: Handle) -> str:
     callback = handle._callback
-    args = handle._args
+    args = handle._arguments()
     owner = args[0] if callback is task_step and args else getattr(callback, "__self__", None)
     if isinstance(owner, TaskCore):
         # A task's step or wakeup: name the task, which says more than "task_step".
@@ -192,8 +192,6 @@ class LoopCore(ReadyQueue):
         # fd -> the transport that owns it; add_reader() and friends refuse
         # those fds, as asyncio does, since the transport's callbacks would be lost.
         self._transports: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-        # Read by Task at creation; the name keeps it apart from asyncio's attributes.
-        self._corun_instruments: Instruments = Instruments()
         # The self-pipe. _wakeup_pending is set while a wakeup byte is unread,
         # so a burst of threadsafe calls writes one byte, not one each.
         self._ssock, self._csock = socket.socketpair()

@@ -16,6 +16,7 @@ from typing import Any, cast
 from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import extract_stack, format_callback_source
+from corun.runtime.instruments import Instruments
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -37,26 +38,34 @@ class ReadyQueue:
         self._closed: bool = False
         self._debug: bool = False
         self._plain_call_soon: bool = True
+        # Read by every task step; the name keeps it apart from asyncio's attributes.
+        self._corun_instruments: Instruments = Instruments()
 
 
 def call_soon(
     loop: AbstractEventLoop,
-    queue: ReadyQueue | None,
+    corun_loop: bool,
     callback: Callable[..., object],
     args: tuple[Any, ...],
     context: contextvars.Context | None,
 ) -> None:
     """``loop.call_soon(callback, *args, context=context)``, for Futures and Tasks.
 
-    ``queue`` is ``loop`` when it is a corun loop, else None. Straight onto the
-    ready queue when nothing would differ from ``LoopCore.call_soon``: the
-    loop is open, not in debug mode (thread and callback checks), and its
-    ``call_soon`` is not overridden.
+    ``corun_loop`` says that ``loop`` is a corun loop (a ReadyQueue); Futures
+    keep that as a flag rather than a second reference, which packs with their
+    other flags. Straight onto the ready queue when nothing would differ from
+    ``LoopCore.call_soon``: the loop is open, not in debug mode (thread and
+    callback checks), and its ``call_soon`` is not overridden.
     """
-    if queue is not None and queue._plain_call_soon and not queue._debug and not queue._closed:
-        queue._ready.append(Handle(callback, args, queue, context))
-    else:
-        loop.call_soon(callback, *args, context=context)
+    if corun_loop:
+        queue = cast(ReadyQueue, loop)
+        if queue._plain_call_soon and not queue._debug and not queue._closed:
+            if len(args) == 1:
+                queue._ready.append(OneArgHandle(callback, args[0], queue, context))
+            else:
+                queue._ready.append(Handle(callback, args, queue, context))
+            return
+    loop.call_soon(callback, *args, context=context)
 
 
 class Handle:
@@ -96,12 +105,17 @@ class Handle:
         if loop._debug:  # the attribute: a method call costs a Python dispatch here
             self._source_traceback = extract_stack()
 
+    def _arguments(self) -> Sequence[Any] | None:
+        """The arguments the callback is called with (None once cancelled)."""
+        return self._args
+
     def _repr_info(self) -> list[str]:
         info = [type(self).__name__]
         if self._cancelled:
             info.append("cancelled")
-        if self._callback is not None and self._args is not None:
-            info.append(format_callback_source(self._callback, self._args))
+        args = self._arguments()
+        if self._callback is not None and args is not None:
+            info.append(format_callback_source(self._callback, args))
         if self._source_traceback:
             frame = self._source_traceback[-1]
             info.append(f"created at {frame.filename}:{frame.lineno}")
@@ -151,12 +165,57 @@ class Handle:
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            context: dict[str, Any] = {
-                "message": f"Exception in callback {format_callback_source(callback, args)}",
-                "exception": exc,
-                "handle": self,
-            }
-            if self._source_traceback:
-                context["source_traceback"] = self._source_traceback
-            # The loop is a LoopCore; the base class does not declare the method.
-            cast(Any, self._loop).call_exception_handler(context)
+            self._report(exc, callback, args)
+
+    def _report(
+        self, exc: BaseException, callback: Callable[..., object], args: Sequence[Any]
+    ) -> None:
+        """Pass what the callback raised to the loop's exception handler."""
+        context: dict[str, Any] = {
+            "message": f"Exception in callback {format_callback_source(callback, args)}",
+            "exception": exc,
+            "handle": self,
+        }
+        if self._source_traceback:
+            context["source_traceback"] = self._source_traceback
+        # The loop is a LoopCore; the base class does not declare the method.
+        cast(Any, self._loop).call_exception_handler(context)
+
+
+class OneArgHandle(Handle):
+    """A Handle for ``callback(arg)``: how Futures and Tasks schedule callbacks.
+
+    The argument lives in a field rather than in an argument tuple: every task
+    step and every future callback would otherwise allocate one, and tuples
+    are tracked by the garbage collector.
+    """
+
+    __slots__ = ("_arg",)
+
+    def __init__(
+        self,
+        callback: Callable[..., object],
+        arg: object,
+        loop: ReadyQueue,
+        context: contextvars.Context | None = None,
+    ) -> None:
+        super().__init__(callback, (), loop, context)
+        self._arg: object = arg
+
+    def _arguments(self) -> Sequence[Any] | None:
+        return None if self._args is None else (self._arg,)
+
+    def cancel(self) -> None:
+        super().cancel()
+        self._arg = None
+
+    def _run(self) -> None:
+        callback = self._callback
+        if callback is None:  # cancelled while queued
+            return
+        try:
+            self._context.run(callback, self._arg)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._report(exc, callback, (self._arg,))

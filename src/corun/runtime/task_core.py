@@ -31,13 +31,13 @@ from asyncio import AbstractEventLoop, CancelledError, InvalidStateError, iscoro
 from asyncio import tasks as _asyncio_tasks
 from collections.abc import Callable, Coroutine, Generator
 from types import FrameType
-from typing import IO, Any, Final
+from typing import IO, Any, Final, cast
 
 from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import format_coroutine
 from corun.runtime.futures import FINISHED, PENDING, Future
-from corun.runtime.handles import call_soon
+from corun.runtime.handles import ReadyQueue, call_soon
 from corun.runtime.instruments import NO_INSTRUMENTS, Instruments
 
 # asyncio's registry of current and all tasks. These are the C
@@ -75,8 +75,10 @@ class TaskCore(Future):
     Not used directly; ``corun.Task`` subclasses it.
     """
 
+    # The flags first and together, as in Future: they share one slot.
     # Log "Task was destroyed but it is pending!" when collected while pending.
     _log_destroy_pending: bool = True
+    _must_cancel: bool = False
 
     # Invariant: _fut_waiter is None and a step is scheduled, or it is the
     # future this task waits on and no step is scheduled. _must_cancel is
@@ -105,8 +107,7 @@ class TaskCore(Future):
         self._context: contextvars.Context = (
             contextvars.copy_context() if context is None else context
         )
-        instruments: Instruments = getattr(self._loop, "_corun_instruments", NO_INSTRUMENTS)
-        self._instruments: Instruments = instruments
+        instruments = _instruments_of(self)
         schedule_step(self, None)
         _register_task(self)
         if instruments.task_spawned:
@@ -271,10 +272,21 @@ class TaskCore(Future):
 # ``Handle(task_step, (task,))`` or ``(task, exc)``: no bound method to make.
 
 
+def _instruments_of(task: TaskCore) -> Instruments:
+    """The instruments of the task's loop (none on a loop that is not corun's)."""
+    if task._corun_loop:
+        return cast(ReadyQueue, task._loop)._corun_instruments
+    return NO_INSTRUMENTS
+
+
 def schedule_step(task: TaskCore, exc: BaseException | None) -> None:
     """Schedule ``task_step(task, exc)`` in the task's context."""
     call_soon(
-        task._loop, task._queue, task_step, (task,) if exc is None else (task, exc), task._context
+        task._loop,
+        task._corun_loop,
+        task_step,
+        (task,) if exc is None else (task, exc),
+        task._context,
     )
 
 
@@ -288,7 +300,7 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
         task._must_cancel = False
     task._fut_waiter = None
     loop = task._loop
-    instruments = task._instruments
+    instruments = _instruments_of(task)
     if instruments.before_task_step:
         instruments.call_task_hook("before_task_step", instruments.before_task_step, task)
     _enter_task(loop, task)
@@ -334,13 +346,13 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
                     if result._state == PENDING:
                         result._add_callback(wakeup, task._context)
                     else:
-                        call_soon(loop, task._queue, wakeup, (result,), task._context)
+                        call_soon(loop, task._corun_loop, wakeup, (result,), task._context)
                     task._fut_waiter = result
                     if task._must_cancel and result.cancel(msg=task._cancel_message):
                         task._must_cancel = False
             elif result is None:
                 # A bare yield (asyncio.sleep(0)): run again on the next iteration.
-                call_soon(loop, task._queue, task_step, (task,), task._context)
+                call_soon(loop, task._corun_loop, task_step, (task,), task._context)
             else:
                 _handle_yield(task, result)
     finally:
