@@ -38,6 +38,8 @@ _READ_EVENTS: Final = select.EPOLLIN | select.EPOLLPRI | select.EPOLLERR | selec
 _WRITE_EVENTS: Final = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
 #: The longest single wait; the loop re-computes its timeout after it.
 MAXIMUM_WAIT: Final = 24 * 3600.0
+#: Most events taken from one epoll_wait; the rest wait for the next iteration.
+MAX_EVENTS: Final = 1024
 
 
 class FdRegistration:
@@ -193,8 +195,11 @@ class EpollIO:
             timeout = -1.0
         elif timeout > MAXIMUM_WAIT:
             timeout = MAXIMUM_WAIT
-        events = self._epoll.poll(timeout)
         registrations = self._registrations
+        # As many events as there are fds, not epoll.poll()'s default of
+        # FD_SETSIZE - 1: it allocates (and clears) a buffer that size on
+        # every call, 12 KiB, which cost more than the wait itself.
+        events = self._epoll.poll(timeout, min(max(len(registrations), 1), MAX_EVENTS))
         for fd, mask in events:
             registration = registrations.get(fd)
             if registration is None:
