@@ -342,7 +342,10 @@ async def _fetch(run: _Run, client: Client, item: FetchRequest) -> dict[str, Any
     started = time.monotonic()
     try:
         response = await client.request(
-            item.method, item.url, headers=item.headers or None, body=item.body
+            item.method,
+            item.parsed if item.parsed is not None else item.url,
+            headers=item.headers or None,
+            body=item.body,
         )
     except HttpError as exc:
         record.update(error=str(exc), error_kind=exc.kind, attempts=exc.attempts)
