@@ -23,13 +23,14 @@ from corun.fetch import (
     FetchRequest,
     Journal,
     JournalMismatch,
+    ProgressState,
     fingerprint,
     journal_path,
     parse_line,
     run_fetch,
 )
 from corun.http import ClientOptions
-from corun.resilience import RetryOptions
+from corun.resilience import BreakerOptions, RetryOptions
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -111,6 +112,37 @@ def test_fetch_writes_one_line_per_input_line(server: ThreadServer, tmp_path: Pa
     again = corun.run(run_fetch(options))
     assert again.complete and server.faults.hits == hits
     assert read_jsonl(out) == records
+
+
+def test_progress_counts_retries_as_the_summary_does(server: ThreadServer, tmp_path: Path) -> None:
+    # Every response is a 503: the first line's second attempt opens the breaker,
+    # so its scheduled third attempt is refused (no request), as is every later line.
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{server.base}/status/503?n={i}\n" for i in range(1, 6)))
+    out = tmp_path / "out.jsonl"
+    client = ClientOptions(
+        retry=RetryOptions(max_attempts=3, initial_delay=0.001, max_delay=0.01),
+        breaker=BreakerOptions(consecutive_failures=2, open_duration=60.0),
+        per_host_concurrency=1,
+    )
+    states: list[ProgressState] = []
+    options = FetchOptions(input=str(src), output=str(out), concurrency=1, client=client)
+    summary = corun.run(run_fetch(options, on_progress=states.append))
+    records = read_jsonl(out)
+    assert [(r["attempts"], r["error_kind"]) for r in records] == [(2, "breaker_open")] + [
+        (0, "breaker_open")
+    ] * 4
+    assert server.faults.hits["status"] == 2
+    assert summary.retries == 1
+    final = states[-1]
+    assert (final.done, final.total, final.errors, final.retries) == (5, 5, 5, summary.retries)
+    assert final.open_breakers == 1
+    # A resumed run starts from the journal's counts, as the summary does.
+    out.unlink()
+    states.clear()
+    again = corun.run(run_fetch(options, on_progress=states.append))
+    assert again.complete and states[-1].retries == again.retries == 1
+    assert states[-1].errors == 5
 
 
 def test_save_dir(server: ThreadServer, tmp_path: Path) -> None:

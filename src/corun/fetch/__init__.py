@@ -6,6 +6,7 @@ See docs/fetch.md.
 from corun.fetch.input import BadInput, FetchRequest, count_lines, parse_line, read_requests
 from corun.fetch.journal import Journal, JournalMismatch, fingerprint, journal_path
 from corun.fetch.output import write_output
+from corun.fetch.progress import ProgressState
 from corun.fetch.runner import FetchOptions, run_fetch
 from corun.fetch.summary import Summary, summarize
 
@@ -15,6 +16,7 @@ __all__ = [
     "FetchRequest",
     "Journal",
     "JournalMismatch",
+    "ProgressState",
     "Summary",
     "count_lines",
     "fingerprint",

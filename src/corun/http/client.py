@@ -456,13 +456,20 @@ class Client:
         return await self._retry.execute(self._guarded, call, key=call.host)
 
     async def _guarded(self, call: _Call) -> _Reply:
+        # The breaker and the bulkhead in one coroutine: one frame less to
+        # resume at every suspension of the request.
         if self._limiter is not None:
             await self._limiter.acquire(key=call.host)
         breaker = self._breaker
         if breaker is None:
             return await self._bulkheaded(call)
         async with breaker.scope(key=call.host) as scope:
-            reply = await self._bulkheaded(call)
+            limit = self.options.per_host_concurrency
+            if limit is None:
+                reply = await self._attempt(call)
+            else:
+                async with self._bulkhead(call.host, limit).scope(key=call.host):
+                    reply = await self._attempt(call)
             if _is_server_failure(reply):
                 scope.mark_failed()
             return reply
@@ -471,8 +478,7 @@ class Client:
         limit = self.options.per_host_concurrency
         if limit is None:
             return await self._attempt(call)
-        bulkhead = self._bulkhead(call.host, limit)
-        async with bulkhead.scope(key=call.host):
+        async with self._bulkhead(call.host, limit).scope(key=call.host):
             return await self._attempt(call)
 
     def _bulkhead(self, host: str, limit: int) -> Bulkhead:
