@@ -18,6 +18,7 @@ import pytest
 import corun
 from conftest import ThreadServer
 from corun.fetch import (
+    DEFAULT_RATE,
     BadInput,
     FetchOptions,
     FetchRequest,
@@ -145,6 +146,24 @@ def test_progress_counts_retries_as_the_summary_does(server: ThreadServer, tmp_p
     assert states[-1].errors == 5
 
 
+def test_default_per_host_rate_limit(server: ThreadServer, tmp_path: Path) -> None:
+    from corun.cli import _build_parser
+
+    assert FetchOptions(input="x", output="y").rate == DEFAULT_RATE == 10.0
+    parse = _build_parser().parse_args
+    assert parse(["fetch", "in", "-o", "out"]).rate == DEFAULT_RATE
+    assert parse(["fetch", "in", "-o", "out", "--rate", "2.5"]).rate == 2.5
+    assert parse(["fetch", "in", "-o", "out", "--no-rate-limit"]).rate is None
+    # 15 requests to one host at 10/s with a burst of 10: the last 5 wait 0.1 s each.
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{server.base}/ok?n={i}\n" for i in range(15)))
+    options = FetchOptions(input=str(src), output=str(tmp_path / "o.jsonl"), progress=False)
+    started = time.monotonic()
+    summary = corun.run(run_fetch(options))
+    assert summary.complete and summary.by_status == {"200": 15}
+    assert time.monotonic() - started >= 0.45
+
+
 def test_save_dir(server: ThreadServer, tmp_path: Path) -> None:
     src = tmp_path / "in.txt"
     src.write_text(f"{server.base}/ok?n=9\n")
@@ -206,6 +225,7 @@ def _start(src: Path, out: Path) -> subprocess.Popen[bytes]:
             "8",
             "--per-host",
             "8",
+            "--no-rate-limit",
             "--no-progress",
         ],
         stdout=subprocess.PIPE,

@@ -44,6 +44,9 @@ from corun.resilience import (
 )
 
 DEFAULT_USER_AGENT: Final = "corun-fetch/0.1 (+https://github.com/corun)"
+#: Requests per second to one host by default: with ``per_host`` 4 in flight,
+#: a server sees a steady trickle, not a burst it must absorb.
+DEFAULT_RATE: Final = 10.0
 _STOP: Final = None
 
 
@@ -57,7 +60,8 @@ class FetchOptions:
         output: the output JSONL path; the journal is ``OUTPUT.journal``.
         concurrency: requests in flight at most, in [1, 10000].
         per_host: requests in flight to one host at most, in [1, 10000].
-        rate: requests per second to one host at most; None: no limit.
+        rate: requests per second to one host at most (default
+            ``DEFAULT_RATE``, a polite crawler's pace); None: no limit.
         retries: retries after the first attempt, in [0, 20].
         connect_timeout, read_timeout, total_timeout: seconds (total
             covers retries and backoff).
@@ -76,7 +80,7 @@ class FetchOptions:
     output: str
     concurrency: int = 32
     per_host: int = 4
-    rate: float | None = None
+    rate: float | None = DEFAULT_RATE
     retries: int = 3
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
