@@ -13,8 +13,9 @@ core's worth of Python) with another:
   ``asyncio.Semaphore(concurrency)``, and one JSONL line per result written
   as it comes. No retries, no breaker, no journal.
 * **corun fetch**: ``python -m corun fetch INPUT --output OUT.jsonl
-  --concurrency C --per-host C --no-progress``, i.e. every policy on
-  (total timeout, retry with budget, breaker and bulkhead per host), the
+  --concurrency C --per-host C --no-rate-limit --no-progress``, i.e. every
+  policy on but the per-host rate limit (total timeout, retry with budget,
+  breaker and bulkhead per host), the
   SQLite journal, and the output written atomically at the end.
 
 Both fetch the same input file (``--requests`` distinct URLs on the one
@@ -266,6 +267,8 @@ def run_corun(input_path: str, workdir: str, args: argparse.Namespace) -> dict[s
         str(args.concurrency),
         "--per-host",
         str(args.concurrency),
+        # The default polite rate limit would measure the limit, not the fetcher.
+        "--no-rate-limit",
         "--no-progress",
         "--summary-json",
         summary_path,

@@ -18,18 +18,20 @@ import pytest
 import corun
 from conftest import ThreadServer
 from corun.fetch import (
+    DEFAULT_RATE,
     BadInput,
     FetchOptions,
     FetchRequest,
     Journal,
     JournalMismatch,
+    ProgressState,
     fingerprint,
     journal_path,
     parse_line,
     run_fetch,
 )
 from corun.http import ClientOptions
-from corun.resilience import RetryOptions
+from corun.resilience import BreakerOptions, RetryOptions
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -113,6 +115,55 @@ def test_fetch_writes_one_line_per_input_line(server: ThreadServer, tmp_path: Pa
     assert read_jsonl(out) == records
 
 
+def test_progress_counts_retries_as_the_summary_does(server: ThreadServer, tmp_path: Path) -> None:
+    # Every response is a 503: the first line's second attempt opens the breaker,
+    # so its scheduled third attempt is refused (no request), as is every later line.
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{server.base}/status/503?n={i}\n" for i in range(1, 6)))
+    out = tmp_path / "out.jsonl"
+    client = ClientOptions(
+        retry=RetryOptions(max_attempts=3, initial_delay=0.001, max_delay=0.01),
+        breaker=BreakerOptions(consecutive_failures=2, open_duration=60.0),
+        per_host_concurrency=1,
+    )
+    states: list[ProgressState] = []
+    options = FetchOptions(input=str(src), output=str(out), concurrency=1, client=client)
+    summary = corun.run(run_fetch(options, on_progress=states.append))
+    records = read_jsonl(out)
+    assert [(r["attempts"], r["error_kind"]) for r in records] == [(2, "breaker_open")] + [
+        (0, "breaker_open")
+    ] * 4
+    assert server.faults.hits["status"] == 2
+    assert summary.retries == 1
+    final = states[-1]
+    assert (final.done, final.total, final.errors, final.retries) == (5, 5, 5, summary.retries)
+    assert final.open_breakers == 1
+    # A resumed run starts from the journal's counts, as the summary does.
+    out.unlink()
+    states.clear()
+    again = corun.run(run_fetch(options, on_progress=states.append))
+    assert again.complete and states[-1].retries == again.retries == 1
+    assert states[-1].errors == 5
+
+
+def test_default_per_host_rate_limit(server: ThreadServer, tmp_path: Path) -> None:
+    from corun.cli import _build_parser
+
+    assert FetchOptions(input="x", output="y").rate == DEFAULT_RATE == 10.0
+    parse = _build_parser().parse_args
+    assert parse(["fetch", "in", "-o", "out"]).rate == DEFAULT_RATE
+    assert parse(["fetch", "in", "-o", "out", "--rate", "2.5"]).rate == 2.5
+    assert parse(["fetch", "in", "-o", "out", "--no-rate-limit"]).rate is None
+    # 15 requests to one host at 10/s with a burst of 10: the last 5 wait 0.1 s each.
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{server.base}/ok?n={i}\n" for i in range(15)))
+    options = FetchOptions(input=str(src), output=str(tmp_path / "o.jsonl"), progress=False)
+    started = time.monotonic()
+    summary = corun.run(run_fetch(options))
+    assert summary.complete and summary.by_status == {"200": 15}
+    assert time.monotonic() - started >= 0.45
+
+
 def test_save_dir(server: ThreadServer, tmp_path: Path) -> None:
     src = tmp_path / "in.txt"
     src.write_text(f"{server.base}/ok?n=9\n")
@@ -174,6 +225,7 @@ def _start(src: Path, out: Path) -> subprocess.Popen[bytes]:
             "8",
             "--per-host",
             "8",
+            "--no-rate-limit",
             "--no-progress",
         ],
         stdout=subprocess.PIPE,

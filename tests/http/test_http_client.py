@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import trustme
 from http_servers import Faults, serve
+from yarl import URL
 
 from corun.http import (
     BodyTooLarge,
@@ -23,6 +24,7 @@ from corun.http import (
     TLSError,
     TooManyRedirects,
     UnsupportedScheme,
+    parse_url,
 )
 from corun.resilience import BreakerOptions, RetryOptions
 
@@ -143,6 +145,25 @@ def test_invalid_urls() -> None:
                     await client.request("GET", bad)
 
     asyncio.run(main())
+
+
+def test_parse_url_checks_and_parsed_urls(loop: asyncio.AbstractEventLoop) -> None:
+    for bad in ("http://a.example/x y", "http://a.example/\x01", "http://a.example/\t", " "):
+        with pytest.raises(InvalidURL):
+            parse_url(bad)
+    assert str(parse_url("http://a.example:8080/x?q=1")) == "http://a.example:8080/x?q=1"
+
+    async def main() -> None:
+        async with serve() as base, Client() as client:
+            # A URL parse_url returned is used as it is; the same checks apply to one built by hand.
+            response = await client.request("GET", parse_url(f"{base}/ok?n=3"))
+            assert (response.status, response.text()) == (200, "ok 3")
+            with pytest.raises(UnsupportedScheme):
+                await client.request("GET", URL("ftp://example.org/x"))
+            with pytest.raises(InvalidURL):
+                await client.request("GET", URL("/relative"))
+
+    run(loop, main())
 
 
 def test_read_timeout(loop: asyncio.AbstractEventLoop) -> None:

@@ -6,15 +6,18 @@ See docs/fetch.md.
 from corun.fetch.input import BadInput, FetchRequest, count_lines, parse_line, read_requests
 from corun.fetch.journal import Journal, JournalMismatch, fingerprint, journal_path
 from corun.fetch.output import write_output
-from corun.fetch.runner import FetchOptions, run_fetch
+from corun.fetch.progress import ProgressState
+from corun.fetch.runner import DEFAULT_RATE, FetchOptions, run_fetch
 from corun.fetch.summary import Summary, summarize
 
 __all__ = [
+    "DEFAULT_RATE",
     "BadInput",
     "FetchOptions",
     "FetchRequest",
     "Journal",
     "JournalMismatch",
+    "ProgressState",
     "Summary",
     "count_lines",
     "fingerprint",

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from corun.fetch.journal import JournalMismatch
-from corun.fetch.runner import FetchOptions, run_fetch
+from corun.fetch.runner import DEFAULT_RATE, FetchOptions, run_fetch
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +27,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fetch.add_argument("--output", "-o", required=True, metavar="OUT.jsonl")
     fetch.add_argument("--concurrency", type=int, default=32, help="requests in flight (32)")
     fetch.add_argument("--per-host", type=int, default=4, help="requests in flight per host (4)")
-    fetch.add_argument("--rate", type=float, default=None, help="requests/s per host (no limit)")
+    rate = fetch.add_mutually_exclusive_group()
+    rate.add_argument(
+        "--rate", type=float, default=DEFAULT_RATE, help=f"requests/s per host ({DEFAULT_RATE:g})"
+    )
+    rate.add_argument(
+        "--no-rate-limit",
+        dest="rate",
+        action="store_const",
+        const=None,
+        help="no per-host rate limit (for servers you own)",
+    )
     fetch.add_argument("--retries", type=int, default=3, help="retries per request (3)")
     fetch.add_argument("--connect-timeout", type=float, default=10.0, help="seconds (10)")
     fetch.add_argument("--read-timeout", type=float, default=30.0, help="seconds (30)")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
+
+from yarl import URL
 
 from corun.http import InvalidURL, parse_url
 
@@ -31,6 +33,8 @@ class FetchRequest:
         method: the method, upper case.
         headers: request headers.
         body: the request body, or None.
+        parsed: ``url`` as ``parse_url`` parsed it (None when built by
+            hand), so that the client does not parse it again.
     """
 
     line: int
@@ -39,6 +43,7 @@ class FetchRequest:
     method: str
     headers: Mapping[str, str]
     body: str | None
+    parsed: URL | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +118,10 @@ def _request(
     number: int, ident: Any, url: str, method: str, headers: Mapping[str, str], body: str | None
 ) -> FetchRequest | BadInput:
     try:
-        parse_url(url)
+        parsed = parse_url(url)
     except InvalidURL as exc:
         return BadInput(number, str(exc), exc.kind, ident, url)
-    return FetchRequest(number, ident, url, method, headers, body)
+    return FetchRequest(number, ident, url, method, headers, body, parsed)
 
 
 def read_requests(path: str) -> Iterator[FetchRequest | BadInput]:

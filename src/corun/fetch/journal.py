@@ -39,6 +39,8 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any, Final
 
+#: One encoder for every record: json.dumps with non-default options builds one per call.
+_ENCODE: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 FLUSH_ROWS: Final = 200
 FLUSH_SECONDS: Final = 0.25
 SCHEMA_VERSION: Final = "1"
@@ -118,9 +120,22 @@ class Journal:
         row = self._db.execute("SELECT COUNT(*) FROM results").fetchone()
         return int(row[0])
 
+    def error_and_retry_counts(self) -> tuple[int, int]:
+        """Over the committed records: lines with an error, and attempts beyond the first.
+
+        The same counts as ``summarize`` makes, so that a resumed run's
+        progress starts where the summary would.
+        """
+        row = self._db.execute(
+            "SELECT COUNT(json_extract(record, '$.error')),"
+            " TOTAL(MAX(COALESCE(json_extract(record, '$.attempts'), 0) - 1, 0))"
+            " FROM results"
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
     def record(self, line: int, record: dict[str, Any]) -> bool:
         """Add a finished line; True when a flush is due by size."""
-        self._pending[line] = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+        self._pending[line] = _ENCODE(record)
         return len(self._pending) >= FLUSH_ROWS
 
     def flush(self) -> None:

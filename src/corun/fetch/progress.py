@@ -21,7 +21,12 @@ from rich.progress import (
 
 @dataclass(frozen=True, slots=True)
 class ProgressState:
-    """What the bar shows: lines done of total, errors, retries and open breakers."""
+    """What the bar shows: lines done of total, errors, retries and open breakers.
+
+    ``done``, ``errors`` and ``retries`` count over every recorded line,
+    earlier runs included, as the summary does; ``retries`` are attempts
+    beyond the first (a retry an open breaker refused made no attempt).
+    """
 
     done: int
     total: int

@@ -25,6 +25,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -43,6 +44,9 @@ from corun.resilience import (
 )
 
 DEFAULT_USER_AGENT: Final = "corun-fetch/0.1 (+https://github.com/corun)"
+#: Requests per second to one host by default: with ``per_host`` 4 in flight,
+#: a server sees a steady trickle, not a burst it must absorb.
+DEFAULT_RATE: Final = 10.0
 _STOP: Final = None
 
 
@@ -56,7 +60,8 @@ class FetchOptions:
         output: the output JSONL path; the journal is ``OUTPUT.journal``.
         concurrency: requests in flight at most, in [1, 10000].
         per_host: requests in flight to one host at most, in [1, 10000].
-        rate: requests per second to one host at most; None: no limit.
+        rate: requests per second to one host at most (default
+            ``DEFAULT_RATE``, a polite crawler's pace); None: no limit.
         retries: retries after the first attempt, in [0, 20].
         connect_timeout, read_timeout, total_timeout: seconds (total
             covers retries and backoff).
@@ -75,7 +80,7 @@ class FetchOptions:
     output: str
     concurrency: int = 32
     per_host: int = 4
-    rate: float | None = None
+    rate: float | None = DEFAULT_RATE
     retries: int = 3
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
@@ -133,16 +138,22 @@ class _Run:
         self.options = options
         self.journal = journal
         self.total = total
-        # Invariant: done counts the lines recorded in the journal, committed or pending.
+        # Invariant: done, errors and retries count over the lines recorded in
+        # the journal (committed or pending, earlier runs included), exactly as
+        # the summary does: retries are attempts beyond the first, so a retry
+        # that a policy refused (an open breaker) is not one.
         self.done = done
+        self.errors, self.retries = journal.error_and_retry_counts()
         self.fetched = 0
-        self.errors = 0
 
     def record(self, line: int, record: dict[str, Any]) -> None:
         self.done += 1
         self.fetched += 1
-        if record.get("error") is not None:
+        if record["error"] is not None:
             self.errors += 1
+        attempts = record["attempts"]
+        if attempts > 1:
+            self.retries += attempts - 1
         if self.journal.record(line, record):
             self.journal.flush()
 
@@ -153,6 +164,7 @@ async def run_fetch(
     clock: Clock | None = None,
     stop: asyncio.Event | None = None,
     handle_signals: bool = False,
+    on_progress: Callable[[ProgressState], object] | None = None,
 ) -> Summary:
     """Fetch every input line not yet in the journal; write the output when all are.
 
@@ -161,6 +173,8 @@ async def run_fetch(
         clock: the clock for the client's policies.
         stop: set it to stop the run gracefully (as SIGTERM does).
         handle_signals: stop gracefully on SIGINT and SIGTERM.
+        on_progress: called with what the progress bar shows, a few times a
+            second and once at the end (whether or not a bar is drawn).
 
     Returns:
         The ``Summary`` over every recorded line. ``complete`` is True when
@@ -193,7 +207,9 @@ async def run_fetch(
             os.makedirs(options.save_dir, exist_ok=True)
         async with Client(options.client_options(), clock=clock) as client:
             try:
-                interrupted = await _drive(run, client, input_path, done, stop_event, started)
+                interrupted = await _drive(
+                    run, client, input_path, done, stop_event, started, on_progress
+                )
             finally:
                 trips = client.statistics().breaker_trips
         journal.flush()
@@ -231,6 +247,7 @@ async def _drive(
     done: set[int],
     stop: asyncio.Event,
     started: float,
+    on_progress: Callable[[ProgressState], object] | None,
 ) -> bool:
     """Run the producer, the workers and the ticker; True when stopped early."""
     options = run.options
@@ -243,7 +260,7 @@ async def _drive(
     everything: asyncio.Future[Any] = asyncio.gather(producer, *workers)
     waiters: set[asyncio.Future[Any]] = {everything, stopper}
     with ProgressBar(enabled=options.progress) as bar:
-        ticker = asyncio.ensure_future(_tick(run, client, bar, started))
+        ticker = asyncio.ensure_future(_tick(run, client, bar, started, on_progress))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -251,7 +268,7 @@ async def _drive(
             for task in (producer, *workers, stopper, ticker):
                 task.cancel()
             await asyncio.gather(everything, stopper, ticker, return_exceptions=True)
-            _draw(run, client, bar, started)
+            _draw(run, client, bar, started, on_progress)
     if not interrupted:
         everything.result()  # re-raise a bug in a worker, if any
     return interrupted
@@ -285,28 +302,40 @@ async def _work(
         run.record(item.line, record)
 
 
-async def _tick(run: _Run, client: Client, bar: ProgressBar, started: float) -> None:
+async def _tick(
+    run: _Run,
+    client: Client,
+    bar: ProgressBar,
+    started: float,
+    on_progress: Callable[[ProgressState], object] | None,
+) -> None:
     while True:
         await asyncio.sleep(FLUSH_SECONDS)
         run.journal.flush()
-        _draw(run, client, bar, started)
+        _draw(run, client, bar, started, on_progress)
 
 
-def _draw(run: _Run, client: Client, bar: ProgressBar, started: float) -> None:
-    if not bar.active:
+def _draw(
+    run: _Run,
+    client: Client,
+    bar: ProgressBar,
+    started: float,
+    on_progress: Callable[[ProgressState], object] | None,
+) -> None:
+    if not bar.active and on_progress is None:
         return
-    stats = client.statistics()
-    elapsed = max(1e-6, time.monotonic() - started)
-    bar.update(
-        ProgressState(
-            done=run.done,
-            total=run.total,
-            errors=run.errors,
-            retries=stats.retries,
-            open_breakers=stats.open_breakers,
-        ),
-        run.fetched / elapsed,
+    state = ProgressState(
+        done=run.done,
+        total=run.total,
+        errors=run.errors,
+        retries=run.retries,
+        open_breakers=client.statistics().open_breakers,
     )
+    if on_progress is not None:
+        on_progress(state)
+    if bar.active:
+        elapsed = max(1e-6, time.monotonic() - started)
+        bar.update(state, run.fetched / elapsed)
 
 
 def _bad_record(item: BadInput) -> dict[str, Any]:
@@ -326,35 +355,22 @@ def _bad_record(item: BadInput) -> dict[str, Any]:
 
 
 async def _fetch(run: _Run, client: Client, item: FetchRequest) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "line": item.line,
-        "id": item.id,
-        "url": item.url,
-        "method": item.method,
-        "status": None,
-        "error": None,
-        "error_kind": None,
-        "attempts": 0,
-        "elapsed_ms": 0.0,
-        "body": None,
-        "body_base64": False,
-    }
     started = time.monotonic()
     try:
         response = await client.request(
-            item.method, item.url, headers=item.headers or None, body=item.body
+            item.method,
+            item.parsed if item.parsed is not None else item.url,
+            headers=item.headers or None,
+            body=item.body,
         )
     except HttpError as exc:
-        record.update(error=str(exc), error_kind=exc.kind, attempts=exc.attempts)
+        record = _record(item, None, str(exc), exc.kind, exc.attempts)
     except Exception as exc:  # a bug must not lose the line: it becomes its error
-        record.update(error=f"internal error: {exc!r}", error_kind="internal")
+        record = _record(item, None, f"internal error: {exc!r}", "internal", 0)
     else:
-        record.update(
-            status=response.status,
-            attempts=response.attempts,
-            final_url=response.url,
-            content_type=response.headers.get("Content-Type"),
-        )
+        record = _record(item, response.status, None, None, response.attempts)
+        record["final_url"] = response.url
+        record["content_type"] = response.headers.get("Content-Type")
         body = response.body
         if run.options.save_dir is not None:
             record["body_path"] = _save_body(run.options.save_dir, item.line, body)
@@ -366,6 +382,25 @@ async def _fetch(run: _Run, client: Client, item: FetchRequest) -> dict[str, Any
                 record["body_base64"] = True
     record["elapsed_ms"] = round((time.monotonic() - started) * 1000.0, 3)
     return record
+
+
+def _record(
+    item: FetchRequest, status: int | None, error: str | None, kind: str | None, attempts: int
+) -> dict[str, Any]:
+    """An output record without its body; the keys in output order."""
+    return {
+        "line": item.line,
+        "id": item.id,
+        "url": item.url,
+        "method": item.method,
+        "status": status,
+        "error": error,
+        "error_kind": kind,
+        "attempts": attempts,
+        "elapsed_ms": 0.0,
+        "body": None,
+        "body_base64": False,
+    }
 
 
 def _save_body(directory: str, line: int, body: bytes) -> str:

@@ -29,6 +29,7 @@ Keys: the breaker, the rate limiter and the bulkhead are keyed by
 from __future__ import annotations
 
 import dataclasses
+import re
 import ssl
 import time
 from collections import OrderedDict
@@ -84,6 +85,8 @@ _MAX_BULKHEADS: Final = 10_000
 #: The retry policy's default ``retry_on``, which the client replaces.
 _DEFAULT_RETRY_ON: Final = RetryOptions().retry_on
 _DEFAULT_FAILURE_ON: Final = BreakerOptions().failure_on
+#: Whitespace and control characters (all of them are <= 0x20), refused in a URL.
+_BAD_URL_CHARS: Final = re.compile(r"[\x00-\x20]")
 
 
 def parse_url(url: str) -> URL:
@@ -95,7 +98,7 @@ def parse_url(url: str) -> URL:
     """
     if not isinstance(url, str) or not url.strip():
         raise InvalidURL("malformed URL: empty", url=str(url))
-    if any(c in url for c in "\r\n\t ") or any(ord(c) < 0x20 for c in url):
+    if _BAD_URL_CHARS.search(url) is not None:
         raise InvalidURL(
             f"malformed URL {url!r}: contains whitespace or control characters", url=url
         )
@@ -103,6 +106,12 @@ def parse_url(url: str) -> URL:
         parsed = URL(url)
     except (ValueError, TypeError) as exc:
         raise InvalidURL(f"malformed URL {url!r}: {exc}", url=url) from exc
+    _check_parsed(parsed, url)
+    return parsed
+
+
+def _check_parsed(parsed: URL, url: str) -> None:
+    """The checks of ``parse_url`` that need the parsed form."""
     if not parsed.scheme:
         raise InvalidURL(
             f"malformed URL {url!r}: no scheme (expected http:// or https://)", url=url
@@ -120,7 +129,6 @@ def parse_url(url: str) -> URL:
         raise InvalidURL(f"malformed URL {url!r}: no host", url=url)
     if port is None or not 0 < port < 65536:
         raise InvalidURL(f"malformed URL {url!r}: bad port", url=url)
-    return parsed
 
 
 def host_key(url: URL) -> str:
@@ -363,7 +371,7 @@ class Client:
     async def request(
         self,
         method: str,
-        url: str,
+        url: str | URL,
         *,
         headers: Mapping[str, str] | None = None,
         body: bytes | str | None = None,
@@ -373,7 +381,9 @@ class Client:
 
         Args:
             method: the HTTP method (case-insensitive).
-            url: an absolute http or https URL.
+            url: an absolute http or https URL, as a string or as the
+                ``yarl.URL`` that ``parse_url`` returned for it (which
+                saves parsing it again).
             headers: extra request headers.
             body: the request body.
             idempotent: whether the call may be retried; None decides by the
@@ -397,7 +407,12 @@ class Client:
         if session is None:
             raise RuntimeError("use the Client in 'async with Client(...) as client:'")
         method = method.upper()
-        parsed = parse_url(url)
+        if isinstance(url, URL):
+            parsed = url
+            url = str(url)
+            _check_parsed(parsed, url)
+        else:
+            parsed = parse_url(url)
         call = _Call(method, url, parsed, headers, body)
         retryable = idempotent
         if retryable is None:
@@ -441,13 +456,20 @@ class Client:
         return await self._retry.execute(self._guarded, call, key=call.host)
 
     async def _guarded(self, call: _Call) -> _Reply:
+        # The breaker and the bulkhead in one coroutine: one frame less to
+        # resume at every suspension of the request.
         if self._limiter is not None:
             await self._limiter.acquire(key=call.host)
         breaker = self._breaker
         if breaker is None:
             return await self._bulkheaded(call)
         async with breaker.scope(key=call.host) as scope:
-            reply = await self._bulkheaded(call)
+            limit = self.options.per_host_concurrency
+            if limit is None:
+                reply = await self._attempt(call)
+            else:
+                async with self._bulkhead(call.host, limit).scope(key=call.host):
+                    reply = await self._attempt(call)
             if _is_server_failure(reply):
                 scope.mark_failed()
             return reply
@@ -456,8 +478,7 @@ class Client:
         limit = self.options.per_host_concurrency
         if limit is None:
             return await self._attempt(call)
-        bulkhead = self._bulkhead(call.host, limit)
-        async with bulkhead.scope(key=call.host):
+        async with self._bulkhead(call.host, limit).scope(key=call.host):
             return await self._attempt(call)
 
     def _bulkhead(self, host: str, limit: int) -> Bulkhead:

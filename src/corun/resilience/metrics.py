@@ -61,6 +61,12 @@ _PER_DOUBLING: Final = 16
 _MAX_INDEX: Final = 640
 
 
+#: The counter name of each ``CallFinished.outcome``.
+_CALLS: Final[dict[str, str]] = {
+    outcome: f"calls.{outcome}" for outcome in ("success", "failure", "rejected", "cancelled")
+}
+
+
 def _bucket(value: float) -> int:
     if value <= _FLOOR:
         return 0
@@ -292,7 +298,8 @@ class Metrics(Listener):
         self._bump(event.policy, "hedges")
 
     def call_finished(self, event: CallFinished) -> None:
-        self._bump(event.policy, f"calls.{event.outcome}")
+        # Once per call of every policy: the counter name is looked up, not formatted.
+        self._bump(event.policy, _CALLS[event.outcome])
         if event.outcome == "success" or event.outcome == "failure":
             histogram = self._latency.get(event.policy)
             if histogram is None:
