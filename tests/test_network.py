@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
@@ -1692,3 +1693,66 @@ def test_unix_streams(loop, short_tmp):
         await shut(server)
 
     run(loop, main())
+
+
+class _KeepChunks(asyncio.Protocol):
+    def __init__(self, loop, expected):
+        self.chunks = []
+        self.expected = expected
+        self.done = loop.create_future()
+
+    def data_received(self, data):
+        self.chunks.append(data)
+        if sum(map(len, self.chunks)) >= self.expected and not self.done.done():
+            self.done.set_result(None)
+
+
+def _read_chunks_kept(loop, pattern_seed):
+    # Each chunk is a different byte value, written one at a time, so each
+    # read gets fresh bytes; the protocol keeps every `data` it was given.
+    # A transport handing out views of a reused buffer would see the kept
+    # chunks overwritten by later reads.
+    chunks = [bytes([(pattern_seed + i) % 256]) * (1000 + 37 * i) for i in range(40)]
+    a, b = socket.socketpair()
+
+    async def main():
+        proto = _KeepChunks(loop, sum(map(len, chunks)))
+        transport, _ = await loop.create_connection(lambda: proto, sock=a)
+        try:
+            for chunk in chunks:
+                b.sendall(chunk)
+                await asyncio.sleep(0.001)
+            await asyncio.wait_for(proto.done, 10)
+        finally:
+            transport.close()
+            b.close()
+        return proto.chunks
+
+    got = loop.run_until_complete(main())
+    assert all(type(c) is bytes for c in got)
+    assert b"".join(got) == b"".join(chunks)
+    return got
+
+
+def test_received_chunks_stay_intact_after_later_reads(loop):
+    _read_chunks_kept(loop, 1)
+
+
+def test_two_loops_in_two_threads_read_intact_data(loop, make_loop):
+    other = make_loop()
+    failures = []
+
+    def run_other():
+        try:
+            for seed in range(0, 60, 20):
+                _read_chunks_kept(other, seed)
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run_other)
+    thread.start()
+    for seed in range(100, 160, 20):
+        _read_chunks_kept(loop, seed)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert failures == []

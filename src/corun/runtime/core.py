@@ -189,6 +189,9 @@ class LoopCore(ReadyQueue):
         self._executor_shutdown_called: bool = False
         self._default_executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._signal_handlers: dict[int, Handle] = {}
+        # What stream transports recv_into (see streams.py), made on first use.
+        # One per loop: its transports read one at a time, on its thread.
+        self._read_buffer: memoryview | None = None
         # fd -> the transport that owns it; add_reader() and friends refuse
         # those fds, as asyncio does, since the transport's callbacks would be lost.
         self._transports: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any, Final
+from typing import Any
 
 from corun.runtime.core import LoopCore
 from corun.runtime.futures import Future
 from corun.runtime.streams import LOG_THRESHOLD_FOR_CONNLOST_WRITES, _set_result_unless_cancelled
-from corun.runtime.transport_base import SocketTransport, logger
-
-#: The largest datagram read (the largest UDP payload).
-MAX_DATAGRAM: Final = 256 * 1024
+from corun.runtime.transport_base import SocketTransport, logger, read_buffer
 
 
 class DatagramTransport(SocketTransport, asyncio.DatagramTransport):
@@ -63,8 +60,9 @@ class DatagramTransport(SocketTransport, asyncio.DatagramTransport):
             return
         sock = self._sock
         assert sock is not None
+        view = read_buffer(self._loop)  # see there why
         try:
-            data, addr = sock.recvfrom(MAX_DATAGRAM)
+            nbytes, addr = sock.recvfrom_into(view)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -74,7 +72,7 @@ class DatagramTransport(SocketTransport, asyncio.DatagramTransport):
         except BaseException as exc:
             self._fatal_error(exc, "Fatal read error on datagram transport")
         else:
-            self._protocol.datagram_received(data, addr)
+            self._protocol.datagram_received(view[:nbytes].tobytes(), addr)
 
     def sendto(self, data: Any, addr: Any = None) -> None:
         """Send one datagram to ``addr`` (or to the connected peer)."""

@@ -47,7 +47,7 @@ from typing import Any, Final, TypeVar
 
 from corun.runtime.core import LoopCore
 from corun.runtime.futures import Future
-from corun.runtime.transport_base import FlowControlTransport
+from corun.runtime.transport_base import FlowControlTransport, read_buffer
 
 logger: Final = logging.getLogger("asyncio")
 
@@ -173,15 +173,18 @@ class ReadPipeTransport(_PipeEnd, asyncio.ReadTransport):
             self._loop._add_reader(self._fileno, self._read_ready)
 
     def _read_ready(self) -> None:
+        view = read_buffer(self._loop)  # see there why
+        if self.max_size < len(view):
+            view = view[: self.max_size]
         try:
-            data = os.read(self._fileno, self.max_size)
+            nbytes = os.readv(self._fileno, (view,))
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             self._fatal_error(exc, "Fatal read error on pipe transport")
             return
-        if data:
-            self._protocol.data_received(data)
+        if nbytes:
+            self._protocol.data_received(view[:nbytes].tobytes())
             return
         if self._loop.get_debug():
             logger.info("%r was closed by peer", self)

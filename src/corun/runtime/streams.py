@@ -26,10 +26,8 @@ from typing import Any, Final
 
 from corun.runtime.core import LoopCore
 from corun.runtime.futures import Future
-from corun.runtime.transport_base import SocketTransport, logger
+from corun.runtime.transport_base import SocketTransport, logger, read_buffer
 
-#: The most one recv() reads.
-MAX_READ: Final = 256 * 1024
 #: sendmsg() takes at most this many buffers (IOV_MAX).
 MAX_IOV: Final = 1024
 #: After the connection is lost, warn once writes keep coming.
@@ -175,8 +173,9 @@ class StreamTransport(SocketTransport):
             except BaseException as exc:
                 self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
             return
+        view = read_buffer(self._loop)
         try:
-            data = sock.recv(MAX_READ)
+            nbytes = sock.recv_into(view)
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -184,9 +183,10 @@ class StreamTransport(SocketTransport):
         except BaseException as exc:
             self._fatal_error(exc, "Fatal read error on socket transport")
             return
-        if not data:
+        if not nbytes:
             self._read_eof()
             return
+        data = view[:nbytes].tobytes()
         try:
             protocol.data_received(data)
         except (SystemExit, KeyboardInterrupt):

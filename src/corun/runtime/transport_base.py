@@ -19,6 +19,26 @@ from typing import Any, Final
 
 from corun.runtime.core import LoopCore
 
+#: The size of a loop's read buffer: the most one read takes (more than any UDP payload).
+READ_BUFFER_SIZE: Final = 256 * 1024
+
+
+def read_buffer(loop: LoopCore) -> memoryview:
+    """The loop's read buffer, which transports read into before copying out.
+
+    Reading with ``recv(n)`` or ``os.read(fd, n)`` allocates ``n`` bytes
+    first; for n = 256 KiB glibc maps fresh pages, remaps them down to the
+    size read and unmaps them when the bytes are freed: three system calls
+    per read, more than the read itself. Reading into this buffer and copying
+    out the bytes read costs one small allocation. One buffer per loop is
+    enough: its transports read one at a time, on the loop's thread.
+    """
+    view = loop._read_buffer
+    if view is None:
+        view = loop._read_buffer = memoryview(bytearray(READ_BUFFER_SIZE))
+    return view
+
+
 logger: Final = logging.getLogger("asyncio")
 
 #: asyncio's default high-water mark for a transport's write buffer.
