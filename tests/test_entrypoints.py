@@ -398,3 +398,54 @@ def test_corun_run_same_result_as_python(script, subprocess_env):
     assert p["loop_is_corun"] is False and c["loop_is_corun"] is True
     for key in ("name", "argv", "sibling", "pickle", "main_module_is_script"):
         assert p[key] == c[key], key
+
+
+TOP_LEVEL_SCRIPT = """\
+import asyncio
+import sys
+
+import corun
+
+loop = corun.new_event_loop() if sys.argv[1] == "corun" else asyncio.new_event_loop()
+
+
+async def sleeper():
+    await asyncio.sleep(3600)
+
+
+async def boom():
+    await asyncio.sleep(0)
+    raise LookupError("failed")
+
+
+async def main():
+    task = asyncio.ensure_future(sleeper())
+    failing = asyncio.ensure_future(boom())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    results = await asyncio.gather(task, failing, return_exceptions=True)
+    return [type(r).__name__ for r in results]
+
+
+# At the top level of a script: the interpreter's frame stack is one deep,
+# which is what an entry point or a notebook cell may also give a loop.
+print(loop.run_until_complete(main()))
+loop.close()
+"""
+
+
+def test_cancel_and_fail_with_run_until_complete_at_a_scripts_top_level(
+    loop_kind, tmp_path, subprocess_env
+):
+    (tmp_path / "top.py").write_text(TOP_LEVEL_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, "top.py", loop_kind],
+        cwd=tmp_path,
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['CancelledError', 'LookupError']"
+    assert proc.stderr == ""

@@ -58,13 +58,25 @@ _UNCANCEL_CLEARS_PENDING: Final = sys.version_info >= (3, 13)
 def _drop_own_frame(exc: BaseException) -> None:
     """Remove the step's own frame from the traceback of what the coroutine raised.
 
-    That frame holds the task (``self``), and the task holds the exception:
-    a reference cycle that would keep the task, its coroutine and everything
-    they reference alive until the garbage collector runs. The frame says
-    nothing useful to the reader of the traceback either.
+    That frame holds the task, and the task holds the exception: a reference
+    cycle that would keep the task, its coroutine and everything they
+    reference alive until the garbage collector runs. The frame says nothing
+    useful to the reader of the traceback either.
+
+    Only the pure-Python build has that frame. Compiled, the step has no
+    frame (its traceback entry holds no locals), and ``sys._getframe(1)``
+    names some caller further out, or raises ValueError when the Python stack
+    is shallower than that: ``run_until_complete()`` called at the top level
+    of a script.
     """
     tb = exc.__traceback__
-    if tb is not None and tb.tb_frame is sys._getframe(1):
+    if tb is None:
+        return
+    try:
+        step_frame = sys._getframe(1)
+    except ValueError:
+        return
+    if tb.tb_frame is step_frame:
         exc.__traceback__ = tb.tb_next
 
 
