@@ -59,7 +59,7 @@ from corun.runtime.futures import Future
 from corun.runtime.handles import Handle, ReadyQueue
 from corun.runtime.instruments import Instrument
 from corun.runtime.io_epoll import EpollIO
-from corun.runtime.task_core import TaskCore, task_step
+from corun.runtime.task_core import TaskCore, init_task, task_step
 from corun.runtime.tasks import Task
 from corun.runtime.timers import TimerHandle, TimerQueue
 
@@ -515,7 +515,10 @@ class LoopCore(ReadyQueue):
         self._check_closed()
         factory = self._task_factory
         if factory is None:
-            task: Any = Task(coro, loop=as_asyncio_loop(self), name=name, context=context)
+            # Task(coro, loop=..., name=..., context=...) without the keyword
+            # arguments: see init_task.
+            task: Any = Task.__new__(Task)
+            init_task(task, coro, as_asyncio_loop(self), name, context)
         else:
             if context is None:
                 task = factory(self, coro)

@@ -91,10 +91,17 @@ class TaskCore(Future):
     # Log "Task was destroyed but it is pending!" when collected while pending.
     _log_destroy_pending: bool = True
     _must_cancel: bool = False
-
+    # Set by init_task (which __init__ calls).
+    #
     # Invariant: _fut_waiter is None and a step is scheduled, or it is the
     # future this task waits on and no step is scheduled. _must_cancel is
     # True only while a step is scheduled and must throw CancelledError.
+    _name: str
+    _num_cancels_requested: int
+    _fut_waiter: Any
+    _coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any]
+    _context: contextvars.Context
+
     def __init__(
         self,
         coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
@@ -103,27 +110,7 @@ class TaskCore(Future):
         name: object = None,
         context: contextvars.Context | None = None,
     ) -> None:
-        super().__init__(loop=loop)
-        if not iscoroutine(coro):
-            # The task never ran; don't log that it was destroyed pending.
-            self._log_destroy_pending = False
-            raise TypeError(f"a coroutine was expected, got {coro!r}")
-        if name is None:
-            self._name = f"Task-{next(_task_name_counter)}"
-        else:
-            self._name = str(name)
-        self._num_cancels_requested: int = 0
-        self._must_cancel: bool = False
-        self._fut_waiter: Any = None
-        self._coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any] = coro
-        self._context: contextvars.Context = (
-            contextvars.copy_context() if context is None else context
-        )
-        instruments = _instruments_of(self)
-        schedule_step(self, None)
-        _register_task(self)
-        if instruments.task_spawned:
-            instruments.call_task_hook("task_spawned", instruments.task_spawned, self)
+        init_task(self, coro, loop, name, context)
 
     def __del__(self) -> None:
         if self._state == PENDING and self._log_destroy_pending:
@@ -282,6 +269,40 @@ class TaskCore(Future):
 # a compiled method costs a Python-level dispatch, while a call of a compiled
 # function is a plain C call. The step is scheduled as
 # ``Handle(task_step, (task,))`` or ``(task, exc)``: no bound method to make.
+
+
+def init_task(
+    task: TaskCore,
+    coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
+    loop: AbstractEventLoop | None,
+    name: object,
+    context: contextvars.Context | None,
+) -> None:
+    """``TaskCore.__init__``'s work, callable on an instance made by ``__new__``.
+
+    ``loop.create_task()`` makes its tasks that way: calling the interpreted
+    Task class with keyword arguments packs them into a dict and unpacks them
+    again, which cost more than the rest of creating the task.
+    """
+    Future.__init__(task, loop=loop)
+    if not iscoroutine(coro):
+        # The task never ran; don't log that it was destroyed pending.
+        task._log_destroy_pending = False
+        raise TypeError(f"a coroutine was expected, got {coro!r}")
+    if name is None:
+        task._name = f"Task-{next(_task_name_counter)}"
+    else:
+        task._name = str(name)
+    task._num_cancels_requested = 0
+    task._must_cancel = False
+    task._fut_waiter = None
+    task._coro = coro
+    task._context = contextvars.copy_context() if context is None else context
+    instruments = _instruments_of(task)
+    schedule_step(task, None)
+    _register_task(task)
+    if instruments.task_spawned:
+        instruments.call_task_hook("task_spawned", instruments.task_spawned, task)
 
 
 def _instruments_of(task: TaskCore) -> Instruments:
