@@ -415,12 +415,7 @@ class LoopCore(ReadyQueue):
             RuntimeError: the loop is closed.
             TypeError: ``callback`` is a coroutine, or not callable.
         """
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        if self._debug:
-            self._check_thread()
-        if self._debug or not callable(callback):  # callable() is cheap and rejects coroutines
-            self._check_callback(callback, "call_soon")
+        _check_schedulable(self, callback, "call_soon")
         handle = Handle(callback, args, self, context)
         self._ready.append(handle)
         return handle
@@ -889,6 +884,21 @@ class LoopCore(ReadyQueue):
         self._coroutine_origin_tracking_enabled = bool(enabled)
 
 
+def _check_schedulable(loop: LoopCore, callback: object, method: str) -> None:
+    """What ``call_soon`` and ``call_at`` check before scheduling ``callback``.
+
+    Raises:
+        RuntimeError: the loop is closed, or (debug mode) this is not its thread.
+        TypeError: ``callback`` is a coroutine, or not callable.
+    """
+    if loop._closed:
+        raise RuntimeError("Event loop is closed")
+    if loop._debug:
+        loop._check_thread()
+    if loop._debug or not callable(callback):  # callable() is cheap and rejects coroutines
+        loop._check_callback(callback, method)
+
+
 def _add_timer(
     loop: LoopCore,
     when: float,
@@ -897,12 +907,7 @@ def _add_timer(
     context: contextvars.Context | None,
 ) -> TimerHandle:
     """``call_at``'s work, shared with ``call_later``'s direct path."""
-    if loop._closed:
-        raise RuntimeError("Event loop is closed")
-    if loop._debug:
-        loop._check_thread()
-    if loop._debug or not callable(callback):  # callable() is cheap and rejects coroutines
-        loop._check_callback(callback, "call_at")
+    _check_schedulable(loop, callback, "call_at")
     timer = TimerHandle(when, callback, args, loop, context)
     loop._timers.push(timer)
     return timer

@@ -111,10 +111,10 @@ def _before(a: TimerHandle, b: TimerHandle) -> bool:
     return a._when < b._when or (a._when == b._when and a._seq < b._seq)
 
 
-def _sift_toward_root(heap: list[TimerHandle], pos: int) -> None:
-    """Move ``heap[pos]`` up until its parent comes before it."""
+def _sift_toward_root(heap: list[TimerHandle], pos: int, start: int = 0) -> None:
+    """Move ``heap[pos]`` up (no higher than ``start``) until its parent comes before it."""
     item = heap[pos]
-    while pos > 0:
+    while pos > start:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
         if not _before(item, parent):
@@ -143,15 +143,7 @@ def _sift_toward_leaves(heap: list[TimerHandle], pos: int) -> None:
         pos = child
         child = 2 * pos + 1
     heap[pos] = item
-    # _sift_toward_root, bounded by start.
-    while pos > start:
-        parent_pos = (pos - 1) >> 1
-        parent = heap[parent_pos]
-        if not _before(item, parent):
-            break
-        heap[pos] = parent
-        pos = parent_pos
-    heap[pos] = item
+    _sift_toward_root(heap, pos, start)
 
 
 def _pop(heap: list[TimerHandle]) -> TimerHandle:
