@@ -507,7 +507,8 @@ class LoopCore(ReadyQueue):
         context: contextvars.Context | None = None,
     ) -> Any:
         """Schedule ``coro`` as a Task (or what the task factory makes of it)."""
-        self._check_closed()
+        if self._closed:  # not self._check_closed(): a Python-level dispatch here
+            raise RuntimeError("Event loop is closed")
         factory = self._task_factory
         if factory is None:
             # Task(coro, loop=..., name=..., context=...) without the keyword

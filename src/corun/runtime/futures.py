@@ -206,17 +206,6 @@ class Future:
             for fn, context in more:
                 call_soon(loop, corun_loop, fn, (self,), context)
 
-    def _add_callback(self, fn: _Callback, context: contextvars.Context) -> None:
-        """Register ``fn`` (the future is pending)."""
-        more = self._more_callbacks
-        if more is not None:
-            more.append((fn, context))
-        elif self._callback0 is None:
-            self._callback0 = fn
-            self._context0 = context
-        else:
-            self._more_callbacks = [(fn, context)]
-
     def cancelled(self) -> bool:
         """Whether the future was cancelled."""
         return self._state == CANCELLED
@@ -273,7 +262,7 @@ class Future:
             return
         if context is None:
             context = contextvars.copy_context()
-        self._add_callback(fn, context)
+        add_callback(self, fn, context)
 
     def remove_done_callback(self, fn: Callable[[Any], object]) -> int:
         """Remove every registration of ``fn``; return how many were removed."""
@@ -416,3 +405,20 @@ class FutureIter:
     def close(self) -> None:
         """Stop iterating."""
         self._future = None
+
+
+def add_callback(future: Future, fn: _Callback, context: contextvars.Context) -> None:
+    """Register ``fn`` on ``future``, which is pending.
+
+    A function rather than a method: tasks call it on the futures (and tasks)
+    they wait for, and a compiled method called on an instance of the
+    interpreted Task costs a Python-level dispatch.
+    """
+    more = future._more_callbacks
+    if more is not None:
+        more.append((fn, context))
+    elif future._callback0 is None:
+        future._callback0 = fn
+        future._context0 = context
+    else:
+        future._more_callbacks = [(fn, context)]

@@ -30,13 +30,13 @@ import traceback
 from asyncio import AbstractEventLoop, CancelledError, InvalidStateError, iscoroutine
 from asyncio import tasks as _asyncio_tasks
 from collections.abc import Callable, Coroutine, Generator
-from types import FrameType
+from types import CoroutineType, FrameType
 from typing import IO, Any, Final, cast
 
 from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import format_coroutine
-from corun.runtime.futures import FINISHED, PENDING, Future
+from corun.runtime.futures import FINISHED, PENDING, Future, add_callback
 from corun.runtime.handles import ReadyQueue, call_soon
 from corun.runtime.instruments import NO_INSTRUMENTS, Instruments
 
@@ -285,7 +285,8 @@ def init_task(
     again, which cost more than the rest of creating the task.
     """
     Future.__init__(task, loop=loop)
-    if not iscoroutine(coro):
+    # The exact type first: asyncio.iscoroutine() is an interpreted function.
+    if type(coro) is not CoroutineType and not iscoroutine(coro):
         # The task never ran; don't log that it was destroyed pending.
         task._log_destroy_pending = False
         raise TypeError(f"a coroutine was expected, got {coro!r}")
@@ -377,7 +378,7 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
                     result._asyncio_future_blocking = False
                     wakeup = task._wakeup
                     if result._state == PENDING:
-                        result._add_callback(wakeup, task._context)
+                        add_callback(result, wakeup, task._context)
                     else:
                         call_soon(loop, task._corun_loop, wakeup, (result,), task._context)
                     task._fut_waiter = result
