@@ -199,12 +199,12 @@ class Future:
             context = self._context0
             self._callback0 = None
             self._context0 = None
-            call_soon(loop, corun_loop, fn, (self,), context)
+            call_soon(loop, corun_loop, fn, self, context)
         more = self._more_callbacks
         if more is not None:
             self._more_callbacks = None
             for fn, context in more:
-                call_soon(loop, corun_loop, fn, (self,), context)
+                call_soon(loop, corun_loop, fn, self, context)
 
     def cancelled(self) -> bool:
         """Whether the future was cancelled."""
@@ -258,7 +258,7 @@ class Future:
         If it is done already, ``fn`` is scheduled with ``call_soon`` at once.
         """
         if self._state != PENDING:
-            call_soon(self._loop, self._corun_loop, fn, (self,), context)
+            call_soon(self._loop, self._corun_loop, fn, self, context)
             return
         if context is None:
             context = contextvars.copy_context()

@@ -45,27 +45,26 @@ class ReadyQueue:
 def call_soon(
     loop: AbstractEventLoop,
     corun_loop: bool,
-    callback: Callable[..., object],
-    args: tuple[Any, ...],
+    callback: Callable[[Any], object],
+    arg: object,
     context: contextvars.Context | None,
 ) -> None:
-    """``loop.call_soon(callback, *args, context=context)``, for Futures and Tasks.
+    """``loop.call_soon(callback, arg, context=context)``, for Futures and Tasks.
 
-    ``corun_loop`` says that ``loop`` is a corun loop (a ReadyQueue); Futures
-    keep that as a flag rather than a second reference, which packs with their
-    other flags. Straight onto the ready queue when nothing would differ from
+    Their callbacks all take one argument (the future, the task), which a
+    ``OneArgHandle`` keeps without an argument tuple. ``corun_loop`` says
+    that ``loop`` is a corun loop (a ReadyQueue); Futures keep that as a flag
+    rather than a second reference, which packs with their other flags.
+    Straight onto the ready queue when nothing would differ from
     ``LoopCore.call_soon``: the loop is open, not in debug mode (thread and
     callback checks), and its ``call_soon`` is not overridden.
     """
     if corun_loop:
         queue = cast(ReadyQueue, loop)
         if queue._plain_call_soon and not queue._debug and not queue._closed:
-            if len(args) == 1:
-                queue._ready.append(OneArgHandle(callback, args[0], queue, context))
-            else:
-                queue._ready.append(Handle(callback, args, queue, context))
+            queue._ready.append(OneArgHandle(callback, arg, queue, context))
             return
-    loop.call_soon(callback, *args, context=context)
+    loop.call_soon(callback, arg, context=context)
 
 
 class Handle:

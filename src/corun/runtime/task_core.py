@@ -315,13 +315,11 @@ def _instruments_of(task: TaskCore) -> Instruments:
 
 def schedule_step(task: TaskCore, exc: BaseException | None) -> None:
     """Schedule ``task_step(task, exc)`` in the task's context."""
-    call_soon(
-        task._loop,
-        task._corun_loop,
-        task_step,
-        (task,) if exc is None else (task, exc),
-        task._context,
-    )
+    if exc is None:
+        call_soon(task._loop, task._corun_loop, task_step, task, task._context)
+    else:
+        # Rare (a bad yield, a future of another loop): the loop's own call_soon.
+        task._loop.call_soon(task_step, task, exc, context=task._context)
 
 
 def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
@@ -380,13 +378,13 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
                     if result._state == PENDING:
                         add_callback(result, wakeup, task._context)
                     else:
-                        call_soon(loop, task._corun_loop, wakeup, (result,), task._context)
+                        call_soon(loop, task._corun_loop, wakeup, result, task._context)
                     task._fut_waiter = result
                     if task._must_cancel and result.cancel(msg=task._cancel_message):
                         task._must_cancel = False
             elif result is None:
                 # A bare yield (asyncio.sleep(0)): run again on the next iteration.
-                call_soon(loop, task._corun_loop, task_step, (task,), task._context)
+                call_soon(loop, task._corun_loop, task_step, task, task._context)
             else:
                 _handle_yield(task, result)
     finally:
