@@ -260,7 +260,8 @@ async def _drive(
     everything: asyncio.Future[Any] = asyncio.gather(producer, *workers)
     waiters: set[asyncio.Future[Any]] = {everything, stopper}
     with ProgressBar(enabled=options.progress) as bar:
-        ticker = asyncio.ensure_future(_tick(run, client, bar, started, on_progress))
+        display = _Display(run, client, bar, started, on_progress)
+        ticker = asyncio.ensure_future(_tick(run, display))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -268,7 +269,7 @@ async def _drive(
             for task in (producer, *workers, stopper, ticker):
                 task.cancel()
             await asyncio.gather(everything, stopper, ticker, return_exceptions=True)
-            _draw(run, client, bar, started, on_progress)
+            display.draw()
     if not interrupted:
         everything.result()  # re-raise a bug in a worker, if any
     return interrupted
@@ -302,40 +303,47 @@ async def _work(
         run.record(item.line, record)
 
 
-async def _tick(
-    run: _Run,
-    client: Client,
-    bar: ProgressBar,
-    started: float,
-    on_progress: Callable[[ProgressState], object] | None,
-) -> None:
+async def _tick(run: _Run, display: _Display) -> None:
     while True:
         await asyncio.sleep(FLUSH_SECONDS)
         run.journal.flush()
-        _draw(run, client, bar, started, on_progress)
+        display.draw()
 
 
-def _draw(
-    run: _Run,
-    client: Client,
-    bar: ProgressBar,
-    started: float,
-    on_progress: Callable[[ProgressState], object] | None,
-) -> None:
-    if not bar.active and on_progress is None:
-        return
-    state = ProgressState(
-        done=run.done,
-        total=run.total,
-        errors=run.errors,
-        retries=run.retries,
-        open_breakers=client.statistics().open_breakers,
-    )
-    if on_progress is not None:
-        on_progress(state)
-    if bar.active:
-        elapsed = max(1e-6, time.monotonic() - started)
-        bar.update(state, run.fetched / elapsed)
+class _Display:
+    """Shows the run's progress: the bar, and the ``on_progress`` callback."""
+
+    def __init__(
+        self,
+        run: _Run,
+        client: Client,
+        bar: ProgressBar,
+        started: float,
+        on_progress: Callable[[ProgressState], object] | None,
+    ) -> None:
+        self.run = run
+        self.client = client
+        self.bar = bar
+        self.started = started
+        self.on_progress = on_progress
+
+    def draw(self) -> None:
+        """Show the current state (nothing to do without a bar or a callback)."""
+        bar, on_progress, run = self.bar, self.on_progress, self.run
+        if not bar.active and on_progress is None:
+            return
+        state = ProgressState(
+            done=run.done,
+            total=run.total,
+            errors=run.errors,
+            retries=run.retries,
+            open_breakers=self.client.statistics().open_breakers,
+        )
+        if on_progress is not None:
+            on_progress(state)
+        if bar.active:
+            elapsed = max(1e-6, time.monotonic() - self.started)
+            bar.update(state, run.fetched / elapsed)
 
 
 def _bad_record(item: BadInput) -> dict[str, Any]:
