@@ -255,6 +255,38 @@ def test_await_protocol_via_iter(make_future, loop):
     assert info2.value.value == 3
 
 
+@pytest.mark.parametrize("state", ["pending", "done"])
+def test_await_iterator_throw_checks_its_arguments(make_future, state):
+    # corun gives a pending future and a done one different iterators; both
+    # must reject what generator.throw() rejects, and never crash on it.
+    fut = make_future()
+    if state == "done":
+        fut.set_result(1)
+    it = fut.__await__()
+    with pytest.raises(TypeError):
+        it.throw(list)
+    it = fut.__await__()
+    with pytest.raises(TypeError):
+        it.throw(Exception, Exception("elephant"), 32)
+    it = fut.__await__()
+    with pytest.raises(ZeroDivisionError):
+        it.throw(ZeroDivisionError("thrown"))
+
+
+def test_await_done_future_raises_its_exception_and_marks_it_retrieved(loop, errors):
+    fut = loop.create_future()
+    fut.set_exception(KeyError("done before the await"))
+
+    async def waiter(f):
+        await f
+
+    with pytest.raises(KeyError, match="done before the await"):
+        loop.run_until_complete(waiter(fut))
+    del fut
+    gc.collect()
+    assert errors.contexts == []
+
+
 def test_repr_shows_state(make_future):
     f1, f2, f3 = make_future(), make_future(), make_future()
     assert "pending" in repr(f1)

@@ -17,6 +17,7 @@ from typing import Any, Final, cast, final
 
 from mypy_extensions import mypyc_attr
 
+from corun.runtime.awaiting import result_of
 from corun.runtime.formatting import (
     extract_stack,
     format_callbacks,
@@ -325,10 +326,12 @@ class Future:
     # --- awaiting ----------------------------------------------------------
 
     def __await__(self) -> Any:
-        return FutureIter(self)
+        if self._state == PENDING:
+            return FutureIter(self)
+        return result_of(self)  # see corun.runtime.awaiting
 
     def __iter__(self) -> Any:
-        return FutureIter(self)
+        return self.__await__()
 
 
 def _exception_to_throw(typ: Any, val: Any) -> BaseException:
