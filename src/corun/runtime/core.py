@@ -78,6 +78,12 @@ FileDescriptorLike: TypeAlias = "int | _HasFileno"
 _ExceptionHandler = Callable[[Any, dict[str, Any]], object]
 _TaskFactory = Callable[..., Any]
 
+# A compiled static: a class imported from an interpreted module is otherwise
+# looked up in this module's dict on every use.
+_TASK: Final[type[Task[Any]]] = Task
+# mypyc looks builtins up by name on every use; a Final alias is a C static.
+_callable: Final = callable
+
 
 def as_asyncio_loop(loop: LoopCore) -> AbstractEventLoop:
     """``loop`` as the type checker should see it: every LoopCore is an EventLoop."""
@@ -362,15 +368,20 @@ class LoopCore(ReadyQueue):
         if self._debug:
             self._run_ready_debug(todo)
             return
+        if todo == 1:  # common when tasks hand off to each other; no bound method
+            handle = ready.popleft()
+            if not handle._cancelled:
+                handle._run()
+            return
         popleft = ready.popleft
-        for _ in range(todo):
+        for _i in range(todo):  # not `_`: mypyc boxes that name as an object
             handle = popleft()
             if not handle._cancelled:
                 handle._run()
 
     def _run_ready_debug(self, todo: int) -> None:
         ready = self._ready
-        for _ in range(todo):
+        for _i in range(todo):
             handle = ready.popleft()
             if handle._cancelled:
                 continue
@@ -400,7 +411,7 @@ class LoopCore(ReadyQueue):
     def _check_callback(self, callback: object, method: str) -> None:
         if iscoroutine(callback) or iscoroutinefunction(callback):
             raise TypeError(f"coroutines cannot be used with {method}()")
-        if not callable(callback):
+        if not _callable(callback):
             raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")
 
     def call_soon(
@@ -428,7 +439,7 @@ class LoopCore(ReadyQueue):
     ) -> Handle:
         """Like ``call_soon``, from any thread; wakes the loop if it is waiting."""
         self._check_closed()
-        if self._debug or not callable(callback):
+        if self._debug or not _callable(callback):
             self._check_callback(callback, "call_soon_threadsafe")
         handle = Handle(callback, args, self, context)
         # Append first, then wake: the loop reads the pipe before it runs the
@@ -513,7 +524,7 @@ class LoopCore(ReadyQueue):
         if factory is None:
             # Task(coro, loop=..., name=..., context=...) without the keyword
             # arguments: see init_task.
-            task: Any = Task.__new__(Task)
+            task: Any = _TASK.__new__(_TASK)
             init_task(task, coro, as_asyncio_loop(self), name, context)
         else:
             if context is None:
@@ -896,7 +907,7 @@ def _check_schedulable(loop: LoopCore, callback: object, method: str) -> None:
         raise RuntimeError("Event loop is closed")
     if loop._debug:
         loop._check_thread()
-    if loop._debug or not callable(callback):  # callable() is cheap and rejects coroutines
+    if loop._debug or not _callable(callback):  # callable() is cheap and rejects coroutines
         loop._check_callback(callback, method)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Final, cast, final
 
 from mypy_extensions import mypyc_attr
 
-from corun.runtime.awaiting import result_of
+from corun.runtime import awaiting
 from corun.runtime.formatting import (
     extract_stack,
     format_callbacks,
@@ -328,10 +328,16 @@ class Future:
     def __await__(self) -> Any:
         if self._state == PENDING:
             return FutureIter(self)
-        return result_of(self)  # see corun.runtime.awaiting
+        return _RESULT_OF(self)
 
     def __iter__(self) -> Any:
         return self.__await__()
+
+
+# A compiled static: a name imported from an interpreted module is looked up
+# in this module's dict on every use. See corun.runtime.awaiting for why.
+_RESULT_OF: Final[Callable[[Future], Any]] = awaiting.result_of
+_StopIteration: Final = StopIteration  # a static: mypyc looks builtins up by name
 
 
 def _exception_to_throw(typ: Any, val: Any) -> BaseException:
@@ -374,14 +380,14 @@ class FutureIter:
     def __next__(self) -> Any:
         future = self._future
         if future is None:
-            raise StopIteration
+            raise _StopIteration
         if future._state == PENDING:
             if not future._asyncio_future_blocking:
                 future._asyncio_future_blocking = True
                 return future  # tells the Task driving us to wait for it
             raise RuntimeError("await wasn't used with future")
         self._future = None
-        raise StopIteration(future.result())
+        raise _StopIteration(future.result())
 
     def send(self, value: object) -> Any:
         """Resume; the value sent is ignored, as asyncio's Future ignores it."""

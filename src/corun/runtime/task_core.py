@@ -45,10 +45,14 @@ from corun.runtime.instruments import NO_INSTRUMENTS, Instruments
 # asyncio.current_task() and asyncio.all_tasks() read.
 # Typed loosely: typeshed asks for asyncio.Task, and any Task-like object works.
 _register_task: Final[Callable[[Any], None]] = _asyncio_tasks._register_task
+# Compiled statics: mypyc looks a builtin or an imported name up by name on
+# every use, and these are used on every task or step.
+_COROUTINE_TYPE: Final[type[Any]] = CoroutineType
+_StopIteration: Final = StopIteration
 _enter_task: Final[Callable[[AbstractEventLoop, Any], None]] = _asyncio_tasks._enter_task
 _leave_task: Final[Callable[[AbstractEventLoop, Any], None]] = _asyncio_tasks._leave_task
 
-_task_name_counter: Final = itertools.count(1)
+_next_task_number: Final = itertools.count(1).__next__
 
 # Python 3.13 made uncancel() down to zero also withdraw a cancellation that
 # has not been delivered yet; earlier versions still deliver it.
@@ -286,12 +290,12 @@ def init_task(
     """
     Future.__init__(task, loop=loop)
     # The exact type first: asyncio.iscoroutine() is an interpreted function.
-    if type(coro) is not CoroutineType and not iscoroutine(coro):
+    if type(coro) is not _COROUTINE_TYPE and not iscoroutine(coro):
         # The task never ran; don't log that it was destroyed pending.
         task._log_destroy_pending = False
         raise TypeError(f"a coroutine was expected, got {coro!r}")
     if name is None:
-        task._name = f"Task-{next(_task_name_counter)}"
+        task._name = f"Task-{_next_task_number()}"
     else:
         task._name = str(name)
     task._num_cancels_requested = 0
@@ -316,10 +320,10 @@ def _instruments_of(task: TaskCore) -> Instruments:
 def schedule_step(task: TaskCore, exc: BaseException | None) -> None:
     """Schedule ``task_step(task, exc)`` in the task's context."""
     if exc is None:
-        call_soon(task._loop, task._corun_loop, task_step, task, task._context)
+        call_soon(task._loop, task._corun_loop, _TASK_STEP, task, task._context)
     else:
         # Rare (a bad yield, a future of another loop): the loop's own call_soon.
-        task._loop.call_soon(task_step, task, exc, context=task._context)
+        task._loop.call_soon(_TASK_STEP, task, exc, context=task._context)
 
 
 def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
@@ -343,7 +347,7 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
                 result = coro.send(None)
             else:
                 result = coro.throw(exc)
-        except StopIteration as stop:
+        except _StopIteration as stop:
             exc = None
             if task._must_cancel:
                 # The task was cancelled while running its last step.
@@ -365,7 +369,10 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
             _drop_own_frame(error)
             Future.set_exception(task, error)
         else:
-            if isinstance(result, Future) and result._loop is loop:
+            if result is None:
+                # A bare yield (asyncio.sleep(0)): run again on the next iteration.
+                call_soon(loop, task._corun_loop, _TASK_STEP, task, task._context)
+            elif isinstance(result, Future) and result._loop is loop:
                 # corun's own future or task (the common case): its fields
                 # are read directly instead of through generic calls, as
                 # asyncio's C Task does for its own Future. (A subclass
@@ -382,9 +389,6 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
                     task._fut_waiter = result
                     if task._must_cancel and result.cancel(msg=task._cancel_message):
                         task._must_cancel = False
-            elif result is None:
-                # A bare yield (asyncio.sleep(0)): run again on the next iteration.
-                call_soon(loop, task._corun_loop, task_step, task, task._context)
             else:
                 _handle_yield(task, result)
     finally:
@@ -393,6 +397,11 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
             instruments.call_task_hook("after_task_step", instruments.after_task_step, task)
         if instruments.task_exited and task._state != PENDING:
             instruments.call_task_hook("task_exited", instruments.task_exited, task)
+
+
+# The step as an object, held in a compiled static: naming ``task_step`` where
+# an object is needed looks it up in the module's dict on every call.
+_TASK_STEP: Final[Callable[..., None]] = task_step
 
 
 def _handle_yield(task: TaskCore, result: Any) -> None:
