@@ -155,15 +155,37 @@ def test_io_wait_hooks_bracket_and_report_timeout(loop, Recorder):
 
 def test_io_wait_timeout_zero_when_work_is_ready(loop, Recorder):
     rec = Recorder()
-
-    def add_and_chain():
-        loop.add_instrument(rec)
-        loop.call_soon(loop.stop)  # ready work => no waiting
-
-    loop.call_soon(add_and_chain)
-    loop.run_forever()
+    loop.add_instrument(rec)
+    loop.call_soon(lambda: None)  # ready work when the run starts
+    loop.call_soon(loop.stop)
+    loop.run_forever()  # its first iteration always checks for I/O
     timeouts = [t for n, t in rec.io() if n == "before_io_wait"]
     assert timeouts and timeouts[0] == 0.0
+    loop.remove_instrument(rec)
+
+
+def test_busy_loop_checks_io_once_per_poll_interval(loop, Recorder):
+    from corun.runtime.handles import POLL_INTERVAL
+
+    rec = Recorder()
+    loop.add_instrument(rec)
+    iterations = 10 * POLL_INTERVAL
+    left = [iterations]
+
+    def chain():  # one callback per iteration, so work is always ready
+        left[0] -= 1
+        if left[0]:
+            loop.call_soon(chain)
+        else:
+            loop.stop()
+
+    loop.call_soon(chain)
+    loop.run_forever()
+    waits = [t for n, t in rec.io() if n == "before_io_wait"]
+    assert waits == [0.0] * len(waits)
+    # Once per POLL_INTERVAL callbacks (plus the run's first iteration), not
+    # once per iteration.
+    assert iterations // POLL_INTERVAL <= len(waits) <= iterations // POLL_INTERVAL + 2
     loop.remove_instrument(rec)
 
 

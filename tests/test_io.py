@@ -420,6 +420,35 @@ def test_io_wakes_loop_blocked_on_far_timer(loop, fds):
     assert woke - start < 1.0
 
 
+def test_io_is_serviced_while_callbacks_keep_the_loop_busy(loop, fds):
+    # A chain of callbacks keeps work ready on every iteration. corun may
+    # check for I/O only once per POLL_INTERVAL (64) callbacks when it watches
+    # no fd; with one registered it checks every iteration, as asyncio does.
+    r, w = fds.pipe()
+    ran = [0]
+    seen_at: list[int] = []
+
+    def on_readable():
+        os.read(r, 100)
+        seen_at.append(ran[0])
+        loop.remove_reader(r)
+
+    def busy():
+        ran[0] += 1
+        if ran[0] == 10:
+            os.write(w, b"x")
+        if seen_at or ran[0] > 10_000:
+            loop.stop()
+        else:
+            loop.call_soon(busy)
+
+    loop.add_reader(r, on_readable)
+    loop.call_soon(busy)
+    loop.run_forever()
+    assert seen_at, "the reader never ran while the loop was busy"
+    assert seen_at[0] - 10 <= 2
+
+
 def test_reused_fd_number_registered_without_remove(loop, fds, request, loop_kind):
     """The old fd was closed while registered and never removed; a new fd
     gets the same number and is registered: it must be watched for real.

@@ -48,6 +48,7 @@ from asyncio import (
 from asyncio import Future as AsyncioFuture
 from asyncio import events as _events
 from asyncio import timeout as _timeout
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeAlias, TypeVar, TypeVarTuple, Unpack, cast
@@ -56,7 +57,7 @@ from mypy_extensions import mypyc_attr
 
 from corun.runtime.formatting import DEBUG_STACK_DEPTH
 from corun.runtime.futures import Future
-from corun.runtime.handles import Handle, ReadyQueue
+from corun.runtime.handles import POLL_INTERVAL, Handle, ReadyQueue
 from corun.runtime.instruments import Instrument
 from corun.runtime.io_epoll import EpollIO
 from corun.runtime.task_core import TaskCore, init_task, task_step
@@ -81,8 +82,43 @@ _TaskFactory = Callable[..., Any]
 # A compiled static: a class imported from an interpreted module is otherwise
 # looked up in this module's dict on every use.
 _TASK: Final[type[Task[Any]]] = Task
+
 # mypyc looks builtins up by name on every use; a Final alias is a C static.
 _callable: Final = callable
+
+
+def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> None:
+    """Wait for I/O up to ``timeout`` and queue the handles of ready fds.
+
+    Functions rather than methods, here and below: the loop is an instance of
+    the interpreted EventLoop, on which a compiled method call is a Python-level
+    dispatch.
+    """
+    loop._ran_since_poll = 0
+    instruments = loop._corun_instruments
+    if instruments.before_io_wait:
+        instruments.call_io_hook("before_io_wait", instruments.before_io_wait, timeout)
+    loop._io.poll(timeout, queue)
+    if instruments.after_io_wait:
+        instruments.call_io_hook("after_io_wait", instruments.after_io_wait, timeout)
+
+
+def _run_handles(loop: LoopCore, queue: deque[Handle], todo: int) -> None:
+    """Run the first ``todo`` handles of ``queue``, skipping cancelled ones."""
+    loop._ran_since_poll += todo
+    if loop._debug:
+        loop._run_ready_debug(queue, todo)
+        return
+    if todo == 1:  # common when tasks hand off to each other; no bound method
+        handle = queue.popleft()
+        if not handle._cancelled:
+            handle._run()
+        return
+    popleft = queue.popleft
+    for _i in range(todo):  # not `_`: mypyc boxes that name as an object
+        handle = popleft()
+        if not handle._cancelled:
+            handle._run()
 
 
 def as_asyncio_loop(loop: LoopCore) -> AbstractEventLoop:
@@ -248,6 +284,7 @@ class LoopCore(ReadyQueue):
                 finalizer=self._asyncgen_finalizer_hook,
             )
             _events._set_running_loop(as_asyncio_loop(self))
+            self._ran_since_poll = POLL_INTERVAL  # the first iteration checks for I/O
             while True:
                 self._run_once()
                 if self._stopping:
@@ -352,35 +389,25 @@ class LoopCore(ReadyQueue):
         else:
             timeout = None
 
-        instruments = self._corun_instruments
-        if instruments.before_io_wait:
-            instruments.call_io_hook("before_io_wait", instruments.before_io_wait, timeout)
-        self._io.poll(timeout, ready)
-        if instruments.after_io_wait:
-            instruments.call_io_hook("after_io_wait", instruments.after_io_wait, timeout)
+        # See POLL_INTERVAL: the check is skipped only while work is ready and
+        # nothing outside the loop can become ready.
+        if (
+            timeout != 0.0
+            or self._stopping
+            or self._ran_since_poll >= POLL_INTERVAL
+            or len(self._io._registrations) > 1  # more than the loop's own wakeup socket
+            or self._signal_handlers
+        ):
+            _check_io(self, timeout, ready)
 
         if deadline is not None:
             timers.pop_due(self._clock() + self._clock_resolution, ready)
 
         # Run only what is ready now; what these callbacks schedule waits
         # for the next iteration.
-        todo = len(ready)
-        if self._debug:
-            self._run_ready_debug(todo)
-            return
-        if todo == 1:  # common when tasks hand off to each other; no bound method
-            handle = ready.popleft()
-            if not handle._cancelled:
-                handle._run()
-            return
-        popleft = ready.popleft
-        for _i in range(todo):  # not `_`: mypyc boxes that name as an object
-            handle = popleft()
-            if not handle._cancelled:
-                handle._run()
+        _run_handles(self, ready, len(ready))
 
-    def _run_ready_debug(self, todo: int) -> None:
-        ready = self._ready
+    def _run_ready_debug(self, ready: deque[Handle], todo: int) -> None:
         for _i in range(todo):
             handle = ready.popleft()
             if handle._cancelled:
