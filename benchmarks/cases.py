@@ -66,11 +66,17 @@ def _time_metric(target: float | None, aim: float | None = MICRO_AIM_VS_UVLOOP) 
     return Metric("time_ms", "time", "ms", False, target, aim)
 
 
+# The server's CPU time per request served: what the loop costs, whether or
+# not the load generator (on the other core) is the limit on req/s.
+_SERVER_CPU = Metric("server_cpu_us", "server CPU per request", "µs", False)
+
+
 def _echo_metrics(target: float | None) -> tuple[Metric, ...]:
     return (
         Metric("rps", "throughput", "req/s", True, target, ECHO_AIM_VS_UVLOOP),
         Metric("p50_ms", "p50 latency", "ms", False),
         Metric("p99_ms", "p99 latency", "ms", False),
+        _SERVER_CPU,
     )
 
 
@@ -179,6 +185,7 @@ def build_cases(*, quick: bool, duration: float | None = None) -> list[Case]:
                 Metric("rps", "throughput", "req/s", True, 1.5, ECHO_AIM_VS_UVLOOP),
                 Metric("p50_ms", "p50 latency", "ms", False),
                 Metric("p99_ms", "p99 latency", "ms", False),
+                _SERVER_CPU,
             ),
             network=True,
         )

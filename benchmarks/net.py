@@ -243,6 +243,11 @@ async def _serve_during(
     }
 
 
+def _cpu_per_request_us(server_cpu_frac: float, rps: float) -> float:
+    """Server CPU microseconds per request, from its share of a core and its req/s."""
+    return server_cpu_frac / rps * 1e6 if rps > 0 else float("nan")
+
+
 # --------------------------------------------------------------------------- echo
 
 
@@ -274,7 +279,12 @@ async def _echo_main(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) ->
         await server.stop()
     data = _client_json(result)
     return {
-        "metrics": {"rps": data["rps"], "p50_ms": data["p50_ms"], "p99_ms": data["p99_ms"]},
+        "metrics": {
+            "rps": data["rps"],
+            "p50_ms": data["p50_ms"],
+            "p99_ms": data["p99_ms"],
+            "server_cpu_us": _cpu_per_request_us(cpu["server"], data["rps"]),
+        },
         "client": {
             "tool": data.get("client"),
             "requests": data["requests"],
@@ -392,7 +402,14 @@ async def _http_main(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) ->
         data = _client_json(last)
         client_cpu = data["cpu_frac"]
     return {
-        "metrics": {"rps": data["rps"], "p50_ms": data["p50_ms"], "p99_ms": data["p99_ms"]},
+        "metrics": {
+            "rps": data["rps"],
+            "p50_ms": data["p50_ms"],
+            "p99_ms": data["p99_ms"],
+            # The server's CPU share is over warmup and measured run alike;
+            # both run at full load, so it holds for the measured run.
+            "server_cpu_us": _cpu_per_request_us(cpu["server"], data["rps"]),
+        },
         "client": {
             "tool": tool,
             "requests": data["requests"],

@@ -360,6 +360,7 @@ def _exception_to_throw(typ: Any, val: Any) -> BaseException:
 
 
 @final
+@mypyc_attr(free_list_len=1)  # one per await: reuse the last one freed
 class FutureIter:
     """What ``await future`` iterates: yields the future once, then returns its result.
 
