@@ -155,6 +155,44 @@ def test_call_soon_chains_interleave(loop):
     assert seen == ["x0", "y0", "x1", "y1", "x2", "y2", "x3", "y3"]
 
 
+@pytest.mark.parametrize("via", ["call_soon", "future_callback", "call_later"])
+def test_finalizer_scheduling_a_callback_while_a_handle_is_freed(loop, via):
+    # The last reference to an object with __del__ goes away when the handle
+    # that held it is freed, and __del__ schedules a callback: that new
+    # handle must be whole (a handle reused while still being torn down
+    # would lose the fields cleared after it was handed out).
+    ran = []
+
+    class SchedulesOnDelete:
+        def __del__(self):
+            loop.call_soon(ran.append, "scheduled from __del__")
+            fut = loop.create_future()
+            fut.add_done_callback(lambda f: ran.append(f.result()))
+            fut.set_result("future callback from __del__")
+
+    def noop(*args):
+        pass
+
+    if via == "call_soon":
+        loop.call_soon(noop, SchedulesOnDelete())
+    elif via == "future_callback":
+        fut = loop.create_future()
+        holder = SchedulesOnDelete()
+        fut.add_done_callback(lambda f, holder=holder: None)
+        del holder
+        fut.set_result(None)
+        del fut
+    else:
+        loop.call_later(0, noop, SchedulesOnDelete())
+
+    async def settle():
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    loop.run_until_complete(settle())
+    assert sorted(ran) == ["future callback from __del__", "scheduled from __del__"]
+
+
 def test_stop_before_run_forever_runs_one_iteration(loop):
     seen = []
     loop.call_soon(seen.append, 1)

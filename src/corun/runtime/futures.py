@@ -359,8 +359,14 @@ def _exception_to_throw(typ: Any, val: Any) -> BaseException:
     )
 
 
+# free_list_len=1: mypyc keeps the last instance freed and hands it to the next
+# allocation (one per await). Sound only because the class has one field: mypyc
+# offers the instance for reuse before it clears the fields, so a finalizer run
+# by clearing one field could be handed the instance and then lose the fields
+# cleared after it. Handles have several fields and so have no free list
+# (test_finalizer_scheduling_a_callback_while_a_handle_is_freed).
 @final
-@mypyc_attr(free_list_len=1)  # one per await: reuse the last one freed
+@mypyc_attr(free_list_len=1)
 class FutureIter:
     """What ``await future`` iterates: yields the future once, then returns its result.
 

@@ -79,7 +79,6 @@ def call_soon(
     loop.call_soon(callback, arg, context=context)
 
 
-@mypyc_attr(free_list_len=1)  # see OneArgHandle
 class Handle:
     """A scheduled callback, returned by ``call_soon`` and friends.
 
@@ -194,10 +193,6 @@ class Handle:
         cast(Any, self._loop).call_exception_handler(context)
 
 
-# free_list_len=1: mypyc keeps the last instance freed and reuses it for the
-# next one, which skips an allocation and a GC link per callback (uvloop keeps
-# free lists of its handles for the same reason).
-@mypyc_attr(free_list_len=1)
 class OneArgHandle(Handle):
     """A Handle for ``callback(arg)``: how Futures and Tasks schedule callbacks.
 

@@ -18,6 +18,8 @@ Contract for hook implementations:
 * ``before_io_wait(timeout)`` and ``after_io_wait(timeout)`` bracket the
   loop's wait for I/O. ``timeout`` is the longest the loop will wait, in
   seconds: ``0.0`` when work is ready, ``None`` when nothing is scheduled.
+  A loop that watches no fd but its own wakeup socket skips most zero-timeout
+  polls (see ``handles.POLL_INTERVAL``), and these hooks with them.
 * A hook that raises is reported through the ``corun`` logger and its
   instrument is removed from every hook; the loop carries on.
 """

@@ -23,8 +23,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from mypy_extensions import mypyc_attr
-
 from corun.runtime.handles import Handle
 
 #: Compact only when at least this many cancelled timers are in the heap.
@@ -36,7 +34,6 @@ if TYPE_CHECKING:
     from corun.runtime.core import LoopCore
 
 
-@mypyc_attr(free_list_len=1)  # see handles.OneArgHandle
 class TimerHandle(Handle):
     """A callback scheduled for a point in time, returned by ``call_later`` and ``call_at``."""
 
