@@ -28,6 +28,10 @@ programs alternate (baseline, corun; corun, baseline; ...) for ``--repeat``
 repetitions and the medians are compared. Target: corun fetch at least 1.5x
 the baseline's requests/s.
 
+Reference rows (unless ``--no-reference``): the same plain script on corun's
+loop and on uvloop. They are not part of the target; they show how much a
+faster loop alone gives a program whose time is aiohttp's client.
+
 Run it from the repository root::
 
     .venv/bin/python -m benchmarks.fetch_throughput            # 50,000 requests x 3
@@ -43,6 +47,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import functools
+import importlib.util
 import json
 import os
 import statistics
@@ -50,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -58,6 +64,8 @@ HERE: Final = Path(__file__).resolve().parent
 ROOT: Final = HERE.parent
 DEFAULT_OUT: Final = HERE / "results"
 TARGET: Final = 1.5
+# Loops the plain script also runs on, as reference rows (when installed).
+REFERENCE_LOOPS: Final = ("corun", "uvloop")
 BODY: Final = b"Hello, World!"
 SCHEMA_VERSION: Final = 1
 
@@ -99,8 +107,14 @@ def serve() -> int:
 # --------------------------------------------------------------------------- the baseline
 
 
-def baseline(input_path: str, output_path: str, concurrency: int) -> int:
-    """The plain script: aiohttp + ``asyncio.Semaphore`` on the stdlib loop; prints JSON."""
+def baseline(
+    input_path: str, output_path: str, concurrency: int, loop_name: str = "asyncio"
+) -> int:
+    """The plain script: aiohttp + ``asyncio.Semaphore``; prints JSON.
+
+    On the stdlib loop for the comparison; on corun's loop or uvloop (``loop_name``)
+    for the reference rows, which show what a faster loop alone gives the script.
+    """
     import aiohttp
 
     async def main() -> tuple[int, int, float]:
@@ -130,10 +144,19 @@ def baseline(input_path: str, output_path: str, concurrency: int) -> int:
                 await asyncio.gather(*(fetch(i, u) for i, u in enumerate(urls, 1)))
         return len(urls), errors, time.perf_counter() - started
 
-    # The stdlib loop, whatever the environment says.
+    # The stdlib loop, whatever the environment says, unless another is asked for.
     asyncio.set_event_loop_policy(None)
-    done, errors, elapsed = asyncio.run(main())
-    loop_name = "asyncio"
+    factory: Any = None
+    if loop_name == "corun":
+        import corun
+
+        factory = corun.new_event_loop
+    elif loop_name == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        done, errors, elapsed = runner.run(main())
     print(json.dumps({"done": done, "errors": errors, "elapsed_s": elapsed, "loop": loop_name}))
     return 0
 
@@ -152,6 +175,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="2,000 requests, one repetition")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run (600)")
+    p.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="skip the reference rows (the plain script on corun's loop and on uvloop)",
+    )
     args = p.parse_args(argv)
     if args.requests is None:
         args.requests = 2_000 if args.quick else 50_000
@@ -221,8 +249,10 @@ def _failure(proc: subprocess.CompletedProcess[str] | None, timeout: float) -> d
     return {"ok": False, "error": f"exit {proc.returncode}: {' | '.join(tail)}"}
 
 
-def run_baseline(input_path: str, workdir: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One baseline run in its own process; its measurements."""
+def run_baseline(
+    input_path: str, workdir: str, args: argparse.Namespace, loop_name: str = "asyncio"
+) -> dict[str, Any]:
+    """One run of the plain script on ``loop_name``, in its own process; its measurements."""
     output = os.path.join(workdir, "baseline.jsonl")
     cmd = [
         sys.executable,
@@ -232,6 +262,7 @@ def run_baseline(input_path: str, workdir: str, args: argparse.Namespace) -> dic
         input_path,
         output,
         str(args.concurrency),
+        loop_name,
     ]
     proc, wall = _run(cmd, args.timeout)
     if proc is None or proc.returncode != 0:
@@ -345,9 +376,25 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Ratio corun fetch / baseline (requests/s): **{num(ratio, '.2f')}x** "
         f"(wall: {num(doc['ratio_wall'], '.2f')}x). Target ≥ {TARGET}x: {met}.",
     ]
+    references = doc.get("reference_ratios") or {}
+    if references:
+        lines += [
+            "",
+            "The same plain script on a faster loop (reference rows, not part of the target): "
+            "what the loop alone is worth to a program whose time is aiohttp's client.",
+            "",
+            "| program | requests/s | elapsed (s) | vs the stdlib loop |",
+            "|---|--:|--:|--:|",
+        ]
+        for name, value in references.items():
+            loop_label = name.removeprefix("baseline_")
+            lines.append(
+                f"| aiohttp + Semaphore, {loop_label} | {num(med[name]['rps'])} | "
+                f"{num(med[name]['elapsed_s'], '.2f')} | {value:.2f}x |"
+            )
     failures = [
         f"- {name} run {i + 1}: {r['error']}"
-        for name in ("corun", "baseline")
+        for name in doc["runs"]
         for i, r in enumerate(doc["runs"][name])
         if not r.get("ok")
     ]
@@ -362,12 +409,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         return serve()
     if argv[:1] == ["baseline"]:
-        return baseline(argv[1], argv[2], int(argv[3]))
+        return baseline(argv[1], argv[2], int(argv[3]), *argv[4:5])
     args = _parse_args(argv)
     from benchmarks.report import machine_info
 
     load_start = os.getloadavg()[0]
-    runs: dict[str, list[dict[str, Any]]] = {"corun": [], "baseline": []}
+    programs: list[tuple[str, Callable[..., dict[str, Any]]]] = [
+        ("baseline", run_baseline),
+        ("corun", run_corun),
+    ]
+    if not args.no_reference:
+        # The same plain script on a faster loop: what the loop alone is worth.
+        for name in REFERENCE_LOOPS:
+            if importlib.util.find_spec(name) is not None:
+                programs.append(
+                    (f"baseline_{name}", functools.partial(run_baseline, loop_name=name))
+                )
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in programs}
     server, port, server_loop = _start_server()
     try:
         with tempfile.TemporaryDirectory(prefix="corun-fetch-bench-") as workdir:
@@ -375,7 +433,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(input_path, "w", encoding="utf-8") as stream:
                 for i in range(args.requests):
                     stream.write(f"http://127.0.0.1:{port}/item/{i}\n")
-            programs = (("baseline", run_baseline), ("corun", run_corun))
             for rep in range(args.repeat):
                 order = programs if rep % 2 == 0 else programs[::-1]
                 for name, fn in order:
@@ -417,6 +474,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "runs": runs,
         "medians": medians,
+        "reference_ratios": {
+            name: medians[name]["rps"] / medians["baseline"]["rps"]
+            for name in runs
+            if name.startswith("baseline_") and medians[name]["rps"] and medians["baseline"]["rps"]
+        },
         "ratio": ratio("rps"),
         "ratio_wall": ratio("rps_wall"),
         "target": TARGET,
