@@ -62,36 +62,3 @@ def test_quick_run_writes_results(tmp_path: Path) -> None:
     md = (out / "results.md").read_text()
     assert "| benchmark | metric | corun | asyncio | uvloop |" in md
     assert "call_soon" in md and "timers" in md
-
-
-def test_fetch_throughput_small_run_with_reference_rows(tmp_path: Path) -> None:
-    out = tmp_path / "fetch"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.fetch_throughput",
-            "--requests",
-            "200",
-            "--concurrency",
-            "8",
-            "--repeat",
-            "1",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    doc = json.loads((out / "fetch_throughput.json").read_text())
-    assert {"baseline", "corun", "baseline_corun"} <= set(doc["runs"])
-    for name, runs in doc["runs"].items():
-        assert [r["ok"] for r in runs] == [True], (name, runs)
-        if name.startswith("baseline"):
-            assert runs[0]["output_lines"] == 200
-    assert set(doc["reference_ratios"]) == {n for n in doc["runs"] if n.startswith("baseline_")}
-    assert "The same plain script on a faster loop" in (out / "fetch_throughput.md").read_text()

@@ -42,9 +42,14 @@ def test_quick_fetch_benchmark(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "fetch_throughput.json").read_text())
     assert doc["benchmark"] == "fetch"
     assert doc["settings"]["requests"] == 300
-    for name in ("corun", "baseline"):
+    # The comparison, and the reference rows: the plain script on corun's loop
+    # (and on uvloop when it is installed).
+    assert {"corun", "baseline", "baseline_corun"} <= set(doc["runs"])
+    for name in doc["runs"]:
         [run] = doc["runs"][name]
         assert run["ok"] and run["output_lines"] == 300 and run["errors"] == 0
         assert doc["medians"][name]["rps"] > 0
     assert doc["ratio"] > 0
-    assert "requests/s" in (tmp_path / "fetch_throughput.md").read_text()
+    assert set(doc["reference_ratios"]) == {n for n in doc["runs"] if n.startswith("baseline_")}
+    md = (tmp_path / "fetch_throughput.md").read_text()
+    assert "requests/s" in md and "The same plain script on a faster loop" in md
