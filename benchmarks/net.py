@@ -251,9 +251,35 @@ def _cpu_per_request_us(server_cpu_frac: float, rps: float) -> float:
 # --------------------------------------------------------------------------- echo
 
 
+def _one_exchange(port: int, size: int) -> None:
+    """Connect, send ``size`` bytes, read them back, close (blocking; run in a thread)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"x" * size)
+        received = 0
+        while received < size:
+            chunk = sock.recv(size - received)
+            if not chunk:
+                raise ConnectionError("echo server closed the warm-up connection")
+            received += len(chunk)
+
+
+async def _settle(loop: asyncio.AbstractEventLoop, port: int, size: int) -> None:
+    """Have the server serve, and see the end of, one connection before it is measured.
+
+    A long-running server has seen clients come and go, and that changes how
+    fast the stdlib loop is: its transports read with ``recv(256 KiB)``, and
+    until the process frees one such buffer whole (which an EOF read does)
+    glibc serves each one with ``mmap`` and ``munmap``, 4x slower. Measuring
+    every loop after one closed connection compares their steady states.
+    """
+    await loop.run_in_executor(None, _one_exchange, port, size)
+    await asyncio.sleep(0.1)  # the server reads the EOF and drops the connection
+
+
 async def _echo_main(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> dict[str, Any]:
     server = _EchoServer(loop, str(params["server"]))
     port = await server.start()
+    await _settle(loop, port, int(params["size"]))
     client: list[str] = list(params["client_cmd"])
     cmd = [
         *client,
