@@ -310,22 +310,15 @@ async def _tick(run: _Run, display: _Display) -> None:
         display.draw()
 
 
+@dataclass(slots=True)
 class _Display:
     """Shows the run's progress: the bar, and the ``on_progress`` callback."""
 
-    def __init__(
-        self,
-        run: _Run,
-        client: Client,
-        bar: ProgressBar,
-        started: float,
-        on_progress: Callable[[ProgressState], object] | None,
-    ) -> None:
-        self.run = run
-        self.client = client
-        self.bar = bar
-        self.started = started
-        self.on_progress = on_progress
+    run: _Run
+    client: Client
+    bar: ProgressBar
+    started: float
+    on_progress: Callable[[ProgressState], object] | None
 
     def draw(self) -> None:
         """Show the current state (nothing to do without a bar or a callback)."""

@@ -395,7 +395,7 @@ class LoopCore(ReadyQueue):
             timeout != 0.0
             or self._stopping
             or self._ran_since_poll >= POLL_INTERVAL
-            or len(self._io._registrations) > 1  # more than the loop's own wakeup socket
+            or len(self._io) > 1  # more fds than the loop's own wakeup socket
             or self._signal_handlers
         ):
             _check_io(self, timeout, ready)

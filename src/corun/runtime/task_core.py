@@ -272,7 +272,8 @@ class TaskCore(Future):
 # tasks are instances of the interpreted subclass Task, on which every call of
 # a compiled method costs a Python-level dispatch, while a call of a compiled
 # function is a plain C call. The step is scheduled as
-# ``Handle(task_step, (task,))`` or ``(task, exc)``: no bound method to make.
+# ``OneArgHandle(task_step, task)``, or ``Handle(task_step, (task, exc))`` to
+# throw ``exc`` in: no bound method to make.
 
 
 def init_task(
@@ -371,7 +372,7 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
         else:
             if result is None:
                 # A bare yield (asyncio.sleep(0)): run again on the next iteration.
-                call_soon(loop, task._corun_loop, _TASK_STEP, task, task._context)
+                schedule_step(task, None)
             elif isinstance(result, Future) and result._loop is loop:
                 # corun's own future or task (the common case): its fields
                 # are read directly instead of through generic calls, as
