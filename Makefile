@@ -21,10 +21,10 @@ $(VPY):
 
 # The compiled modules are built in place next to their sources, so they must be
 # rebuilt whenever a source changes: a stale .so would shadow the edited .py.
-RUNTIME_SOURCES := $(wildcard src/corun/runtime/*.py)
+ENGINE_SOURCES := $(wildcard src/corun/runtime/engine/*.py)
 
 # Re-installs when the build inputs change (or the venv was removed).
-$(STAMP): pyproject.toml setup.py $(RUNTIME_SOURCES) | $(VPY)
+$(STAMP): pyproject.toml setup.py $(ENGINE_SOURCES) | $(VPY)
 	find src -name '*.so' -delete
 	$(VPY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	$(VPY) -c 'import corun; print("corun build:", "compiled" if corun.COMPILED else "pure Python")'

@@ -11,22 +11,22 @@ import os
 import shutil
 import sys
 import sysconfig
+from typing import Final
 
 from setuptools import setup
 
-# The modules compiled to C. The public classes that must be weakly
-# referenceable or inherit asyncio's Python classes (EventLoop, Task, the
-# transports) stay interpreted or non-native; see corun/runtime/public.py.
-COMPILED_MODULES = [
-    "src/corun/runtime/formatting.py",
-    "src/corun/runtime/handles.py",
-    "src/corun/runtime/timers.py",
-    "src/corun/runtime/instruments.py",
-    "src/corun/runtime/futures.py",
-    "src/corun/runtime/task_core.py",
-    "src/corun/runtime/io_epoll.py",
-    "src/corun/runtime/core.py",
-]
+# The folder is the rule: every module of the engine is compiled to C, except
+# those named interpreted_* (see src/corun/runtime/engine/__init__.py).
+ENGINE: Final = "src/corun/runtime/engine"
+
+
+def compiled_modules() -> list[str]:
+    """The engine's modules that mypyc compiles, in a stable order."""
+    return sorted(
+        os.path.join(ENGINE, name)
+        for name in os.listdir(ENGINE)
+        if name.endswith(".py") and name != "__init__.py" and not name.startswith("interpreted_")
+    )
 
 
 def _pure_requested() -> bool:
@@ -50,7 +50,7 @@ def _ext_modules() -> list[object]:
     except ImportError:
         print("corun: mypyc is not available: building pure Python", file=sys.stderr)
         return []
-    return list(mypycify(COMPILED_MODULES, opt_level="3", debug_level="1"))
+    return list(mypycify(compiled_modules(), opt_level="3", debug_level="1"))
 
 
 setup(ext_modules=_ext_modules())

@@ -1,6 +1,6 @@
 """corun's benchmark suite: corun vs asyncio vs uvloop, every run in a fresh process.
 
-Run it with ``python -m benchmarks`` (``make bench``, ``corun bench``); see
+Run it with ``python -m benchmarks`` (``make bench``); see
 ``benchmarks/README.md`` for what each benchmark measures and how.
 """
 

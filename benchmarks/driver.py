@@ -223,7 +223,7 @@ def _render(path: Path, out_dir: Path, *, no_readme: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the suite; the entry point of ``python -m benchmarks`` and ``corun bench``."""
+    """Run the suite; the entry point of ``python -m benchmarks`` (``make bench``)."""
     args = _parse_args(argv)
     all_cases = build_cases(quick=args.quick, duration=args.duration)
     try:

@@ -32,12 +32,12 @@ def make_loop(name: str) -> tuple[asyncio.AbstractEventLoop, dict[str, Any]]:
     loop: asyncio.AbstractEventLoop
     if name == "corun":
         import corun
-        import corun.runtime.core
+        import corun.runtime.engine.loop_core
 
         loop = corun.new_event_loop()
         info["corun_compiled"] = getattr(corun, "COMPILED", None)
         info["corun_version"] = getattr(corun, "__version__", None)
-        info["corun_core_file"] = corun.runtime.core.__file__
+        info["corun_core_file"] = corun.runtime.engine.loop_core.__file__
     elif name == "asyncio":
         loop = asyncio.new_event_loop()
     elif name == "uvloop":

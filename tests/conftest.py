@@ -99,7 +99,32 @@ def loop_factory_for(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
 # ---------------------------------------------------------------- plugins
 
 
+def stale_compiled_modules(engine: Path) -> list[str]:
+    """The engine's sources edited after their compiled module was built.
+
+    An editable install builds the ``.so`` files beside their sources, and
+    Python imports a ``.so`` before a ``.py``: after an edit, tests would
+    silently run the old compiled code.
+    """
+    stale = []
+    for built in engine.glob("*.so"):
+        source = engine / (built.name.split(".", 1)[0] + ".py")
+        if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
+            stale.append(source.name)
+    return sorted(stale)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if corun is not None and corun.COMPILED:
+        engine = Path(corun.__file__).resolve().parent / "runtime" / "engine"
+        # Only an in-tree (editable) build: an installed wheel's files carry
+        # install times, not build times.
+        stale = stale_compiled_modules(engine) if engine.is_relative_to(SRC) else []
+        if stale:
+            raise pytest.UsageError(
+                f"compiled modules older than their sources: {', '.join(stale)}; "
+                "rebuild with `make install` (or test the pure build: `make test-pure`)"
+            )
     config.addinivalue_line("markers", "corun_only: run only on the corun loop")
 
 

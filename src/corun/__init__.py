@@ -5,22 +5,22 @@ asyncio with ``asyncio.Runner(loop_factory=corun.new_event_loop)`` or
 ``corun.install()``.
 """
 
-from corun.runtime.core import LoopStatistics
-from corun.runtime.futures import Future
-from corun.runtime.handles import Handle
-from corun.runtime.instruments import Instrument
+from corun.runtime.engine.futures import Future
+from corun.runtime.engine.handles import Handle
+from corun.runtime.engine.instruments import Instrument
+from corun.runtime.engine.interpreted_task import Task
+from corun.runtime.engine.loop_core import LoopStatistics
+from corun.runtime.engine.timers import TimerHandle
 from corun.runtime.loop import EventLoop
 from corun.runtime.runner import EventLoopPolicy, install, new_event_loop, run
-from corun.runtime.tasks import Task
-from corun.runtime.timers import TimerHandle
 
 __version__ = "0.1.0"
 
 
 def _is_compiled() -> bool:
-    from corun.runtime import core
+    from corun.runtime.engine import loop_core
 
-    return not core.__file__.endswith((".py", ".pyc"))
+    return not loop_core.__file__.endswith((".py", ".pyc"))
 
 
 #: True when the mypyc-compiled build is loaded, False for the pure-Python build.

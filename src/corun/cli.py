@@ -4,7 +4,6 @@
 would, with corun as asyncio's loop: ``asyncio.run()``, ``asyncio.Runner()``
 and ``asyncio.new_event_loop()`` inside it create corun loops.
 ``corun run -m module [args...]`` does the same for ``python -m module``.
-``corun bench [options]`` runs the benchmark suite of a corun checkout.
 ``corun fetch INPUT --output OUT.jsonl`` fetches URLs, crash-safe (``corun.fetch.cli``).
 ``corun demo`` runs ``corun fetch`` against a local fault-injecting server.
 """
@@ -12,7 +11,6 @@ and ``asyncio.new_event_loop()`` inside it create corun loops.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import runpy
 import sys
@@ -34,12 +32,6 @@ def _build_parser(*, with_fetch: bool = True) -> argparse.ArgumentParser:
     )
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
     run.add_argument("target", nargs=argparse.REMAINDER, help="script path and its arguments")
-    bench = commands.add_parser(
-        "bench",
-        help="run the benchmark suite (corun vs asyncio vs uvloop), from a corun checkout",
-        add_help=False,
-    )
-    bench.add_argument("args", nargs=argparse.REMAINDER, help="options for the suite (--help)")
     if with_fetch:
         # Imports aiohttp and rich: only when fetch, demo (or the help) is asked for,
         # so `corun run script.py` starts without them.
@@ -77,36 +69,14 @@ def _run(module: str | None, target: Sequence[str]) -> int:
     return 0
 
 
-def _bench(args: Sequence[str]) -> int:
-    # The suite is part of the repository, not of the installed package: it
-    # needs the checkout (and installs uvloop and wrk there via `make bench`).
-    sys.path.insert(0, os.getcwd())
-    try:
-        benchmarks = importlib.import_module("benchmarks")
-    except ImportError:
-        print(
-            "corun bench: run it from a corun checkout (the benchmarks/ directory), "
-            "or use `make bench`",
-            file=sys.stderr,
-        )
-        return 2
-    code: int = benchmarks.main(list(args))
-    return code
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``corun`` console script; returns the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["bench"]:
-        # Everything after "bench" belongs to the suite's own parser.
-        return _bench(arguments[1:])
     command = arguments[0] if arguments else ""
     parser = _build_parser(with_fetch=command in ("", "fetch", "demo", "-h", "--help"))
     args = parser.parse_args(arguments)
     if args.command == "run":
         return _run(args.module, args.target)
-    if args.command == "bench":
-        return _bench(args.args)
     if args.command == "fetch":
         from corun.fetch import cli as fetch_cli
 

@@ -20,7 +20,7 @@ from corun.resilience.events import (
     RetryScheduled,
     TimedOut,
 )
-from corun.runtime.instruments import Instrument
+from corun.runtime.engine.instruments import Instrument
 
 E = TypeVar("E")
 

@@ -1,0 +1,221 @@
+"""The I/O backend: readiness of file descriptors, on Linux epoll.
+
+Some facts about epoll that shape this module:
+
+* epoll registers *open file descriptions*, keyed by fd number. Closing an fd
+  removes its registration only when no other fd refers to the same open
+  file (``dup``, ``fork``). So after a user closes an fd while it is still
+  registered, ``epoll_ctl(MOD)`` may fail with ENOENT (the kernel dropped it)
+  and a new fd with the same number may fail ``ADD`` with EEXIST (the kernel
+  kept it). Both are handled by falling back to the other operation.
+* ``EPOLL_CTL_DEL`` on an fd that is already closed fails with EBADF, and on
+  one the kernel already dropped with ENOENT. Either way the registration is
+  gone, which is what we wanted.
+* We use level-triggered mode, like asyncio's selectors: a reader that does
+  not drain its fd is called again, and nothing is lost if a callback reads
+  less than everything.
+* EPOLLERR and EPOLLHUP are reported whatever the mask. As ``selectors`` does,
+  we wake both the reader and the writer on them, so each side sees the error
+  from its own read or write call.
+
+The loop stores a ``Handle`` per direction per fd. Removing a callback
+cancels its handle, so a handle already moved to the ready queue by this
+iteration's poll does not run after another callback removed it.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+from collections import deque
+from typing import Final
+
+from corun.runtime.engine.handles import Handle
+
+EPOLLIN: Final = select.EPOLLIN
+EPOLLOUT: Final = select.EPOLLOUT
+_READ_EVENTS: Final = select.EPOLLIN | select.EPOLLPRI | select.EPOLLERR | select.EPOLLHUP
+_WRITE_EVENTS: Final = select.EPOLLOUT | select.EPOLLERR | select.EPOLLHUP
+#: The longest single wait; the loop re-computes its timeout after it.
+MAXIMUM_WAIT: Final = 24 * 3600.0
+#: Most events taken from one epoll_wait; the rest wait for the next iteration.
+MAX_EVENTS: Final = 1024
+
+
+class FdRegistration:
+    """The callbacks registered for one fd, and the events asked of epoll."""
+
+    __slots__ = ("events", "reader", "writer")
+
+    def __init__(self) -> None:
+        # Invariant: events == (EPOLLIN if reader else 0) | (EPOLLOUT if writer else 0),
+        # and the fd is registered with epoll with exactly these events.
+        self.reader: Handle | None = None
+        self.writer: Handle | None = None
+        self.events: int = 0
+
+
+class EpollIO:
+    """Registers readers and writers and waits for their fds to become ready."""
+
+    __slots__ = ("_epoll", "_registrations")
+
+    def __init__(self) -> None:
+        self._epoll: select.epoll = select.epoll()
+        self._registrations: dict[int, FdRegistration] = {}
+
+    def fileno(self) -> int:
+        """The epoll fd itself."""
+        return self._epoll.fileno()
+
+    def close(self) -> None:
+        """Close epoll; registered handles are cancelled."""
+        for registration in self._registrations.values():
+            if registration.reader is not None:
+                registration.reader.cancel()
+            if registration.writer is not None:
+                registration.writer.cancel()
+        self._registrations.clear()
+        self._epoll.close()
+
+    def __len__(self) -> int:
+        return len(self._registrations)
+
+    def get_reader(self, fd: int) -> Handle | None:
+        """The reader registered for ``fd``, if any."""
+        registration = self._registrations.get(fd)
+        return None if registration is None else registration.reader
+
+    def get_writer(self, fd: int) -> Handle | None:
+        """The writer registered for ``fd``, if any."""
+        registration = self._registrations.get(fd)
+        return None if registration is None else registration.writer
+
+    def set_reader(self, fd: int, handle: Handle) -> None:
+        """Call ``handle`` whenever ``fd`` is readable, replacing any previous reader."""
+        registration = self._registrations.get(fd)
+        if registration is None:
+            registration = FdRegistration()
+            self._update(fd, registration, EPOLLIN)
+            self._registrations[fd] = registration
+        elif not registration.events & EPOLLIN:
+            self._update(fd, registration, registration.events | EPOLLIN)
+        else:
+            self._reassert(fd, registration)
+        previous = registration.reader
+        registration.reader = handle
+        if previous is not None:
+            previous.cancel()
+
+    def set_writer(self, fd: int, handle: Handle) -> None:
+        """Call ``handle`` whenever ``fd`` is writable, replacing any previous writer."""
+        registration = self._registrations.get(fd)
+        if registration is None:
+            registration = FdRegistration()
+            self._update(fd, registration, EPOLLOUT)
+            self._registrations[fd] = registration
+        elif not registration.events & EPOLLOUT:
+            self._update(fd, registration, registration.events | EPOLLOUT)
+        else:
+            self._reassert(fd, registration)
+        previous = registration.writer
+        registration.writer = handle
+        if previous is not None:
+            previous.cancel()
+
+    def remove_reader(self, fd: int) -> bool:
+        """Stop watching ``fd`` for reading; False if no reader was registered."""
+        registration = self._registrations.get(fd)
+        if registration is None or registration.reader is None:
+            return False
+        handle = registration.reader
+        registration.reader = None
+        self._update(fd, registration, registration.events & ~EPOLLIN)
+        handle.cancel()
+        return True
+
+    def remove_writer(self, fd: int) -> bool:
+        """Stop watching ``fd`` for writing; False if no writer was registered."""
+        registration = self._registrations.get(fd)
+        if registration is None or registration.writer is None:
+            return False
+        handle = registration.writer
+        registration.writer = None
+        self._update(fd, registration, registration.events & ~EPOLLOUT)
+        handle.cancel()
+        return True
+
+    def _reassert(self, fd: int, registration: FdRegistration) -> None:
+        """Make sure epoll still watches ``fd`` when its callback is replaced.
+
+        If the fd was closed without being removed and its number reused, the
+        kernel dropped the old registration and the new fd would otherwise go
+        unwatched.
+        """
+        try:
+            self._epoll.modify(fd, registration.events)
+        except FileNotFoundError:
+            self._epoll.register(fd, registration.events)
+
+    def _update(self, fd: int, registration: FdRegistration, events: int) -> None:
+        """Tell epoll that ``fd`` now wants ``events`` (0: unregister)."""
+        epoll = self._epoll
+        old = registration.events
+        if events == old:
+            return
+        if events == 0:
+            try:
+                epoll.unregister(fd)
+            except OSError as exc:
+                if exc.errno not in (errno.EBADF, errno.ENOENT):
+                    raise
+            del self._registrations[fd]
+        elif old == 0:
+            try:
+                epoll.register(fd, events)
+            except FileExistsError:
+                # A closed fd's open file lives on elsewhere and kept the
+                # registration under this number.
+                epoll.modify(fd, events)
+        else:
+            try:
+                epoll.modify(fd, events)
+            except FileNotFoundError:
+                # The fd was closed and reopened; the kernel dropped the old one.
+                epoll.register(fd, events)
+        registration.events = events
+
+    def poll(self, timeout: float | None, ready: deque[Handle]) -> int:
+        """Wait up to ``timeout`` seconds (forever if None); queue the handles of ready fds.
+
+        Returns:
+            The number of fds epoll reported.
+        """
+        if timeout is None:
+            timeout = -1.0
+        elif timeout > MAXIMUM_WAIT:
+            timeout = MAXIMUM_WAIT
+        registrations = self._registrations
+        # As many events as there are fds, not epoll.poll()'s default of
+        # FD_SETSIZE - 1: it allocates (and clears) a buffer that size on
+        # every call, 12 KiB, which cost more than the wait itself.
+        events = self._epoll.poll(timeout, min(max(len(registrations), 1), MAX_EVENTS))
+        for fd, mask in events:
+            registration = registrations.get(fd)
+            if registration is None:
+                continue
+            if mask & _READ_EVENTS:
+                reader = registration.reader
+                if reader is not None:
+                    if reader._cancelled:
+                        self.remove_reader(fd)
+                    else:
+                        ready.append(reader)
+            if mask & _WRITE_EVENTS:
+                writer = registration.writer
+                if writer is not None:
+                    if writer._cancelled:
+                        self.remove_writer(fd)
+                    else:
+                        ready.append(writer)
+        return len(events)

@@ -1,0 +1,464 @@
+"""``TaskCore``: drives a coroutine, one step at a time, on the loop.
+
+(The public ``Task`` is a thin subclass in ``tasks.py``; see there why.)
+
+A step sends a value into the coroutine (or throws an exception into it) and
+looks at what it yields. A future-like object with ``_asyncio_future_blocking``
+set means "wake me when this is done": the task registers ``_wakeup`` as a
+done callback and sleeps. A bare ``yield`` (``asyncio.sleep(0)``) means "run
+me again on the next iteration". Anything else is a programming error that is
+thrown back into the coroutine.
+
+Cancellation is cooperative. ``cancel()`` cancels the future the task waits on,
+which wakes the task with CancelledError thrown in at its ``await``; if the
+task is not waiting (it is scheduled to run), ``_must_cancel`` makes its next
+step throw CancelledError instead of sending.
+
+The task registers with asyncio (``_register_task``, ``_enter_task``,
+``_leave_task``), so ``asyncio.current_task()``, ``asyncio.all_tasks()`` and
+everything built on them (``timeout``, ``TaskGroup``) see corun tasks.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import itertools
+import linecache
+import sys
+import traceback
+from asyncio import AbstractEventLoop, CancelledError, InvalidStateError, iscoroutine
+from asyncio import tasks as _asyncio_tasks
+from collections.abc import Callable, Coroutine, Generator
+from types import CoroutineType, FrameType
+from typing import IO, Any, Final, cast
+
+from mypy_extensions import mypyc_attr
+
+from corun.runtime.engine.formatting import format_coroutine
+from corun.runtime.engine.futures import FINISHED, PENDING, Future, add_callback
+from corun.runtime.engine.handles import LoopBase, call_soon
+from corun.runtime.engine.instruments import NO_INSTRUMENTS, Instruments
+
+# asyncio's registry of current and all tasks. These are the C
+# implementations when the _asyncio extension is present, which is what
+# asyncio.current_task() and asyncio.all_tasks() read.
+# Typed loosely: typeshed asks for asyncio.Task, and any Task-like object works.
+_register_task: Final[Callable[[Any], None]] = _asyncio_tasks._register_task
+# Compiled statics: mypyc looks a builtin or an imported name up by name on
+# every use, and these are used on every task or step.
+_COROUTINE_TYPE: Final[type[Any]] = CoroutineType
+_StopIteration: Final = StopIteration
+_enter_task: Final[Callable[[AbstractEventLoop, Any], None]] = _asyncio_tasks._enter_task
+_leave_task: Final[Callable[[AbstractEventLoop, Any], None]] = _asyncio_tasks._leave_task
+
+_next_task_number: Final = itertools.count(1).__next__
+
+# Python 3.13 made uncancel() down to zero also withdraw a cancellation that
+# has not been delivered yet; earlier versions still deliver it.
+_UNCANCEL_CLEARS_PENDING: Final = sys.version_info >= (3, 13)
+
+
+def _drop_own_frame(exc: BaseException) -> None:
+    """Remove the step's own frame from the traceback of what the coroutine raised.
+
+    That frame holds the task, and the task holds the exception: a reference
+    cycle that would keep the task, its coroutine and everything they
+    reference alive until the garbage collector runs. The frame says nothing
+    useful to the reader of the traceback either.
+
+    Only the pure-Python build has that frame. Compiled, the step has no
+    frame (its traceback entry holds no locals), and ``sys._getframe(1)``
+    names some caller further out, or raises ValueError when the Python stack
+    is shallower than that: ``run_until_complete()`` called at the top level
+    of a script.
+    """
+    tb = exc.__traceback__
+    if tb is None:
+        return
+    try:
+        step_frame = sys._getframe(1)
+    except ValueError:
+        return
+    if tb.tb_frame is step_frame:
+        exc.__traceback__ = tb.tb_next
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class TaskCore(Future):
+    """The implementation of ``corun.Task``: a coroutine wrapped in a Future.
+
+    Not used directly; ``corun.Task`` subclasses it.
+    """
+
+    # The flags first and together, as in Future: they share one slot.
+    # Log "Task was destroyed but it is pending!" when collected while pending.
+    _log_destroy_pending: bool = True
+    _must_cancel: bool = False
+    # Set by init_task (which __init__ calls).
+    #
+    # Invariant: _fut_waiter is None and a step is scheduled, or it is the
+    # future this task waits on and no step is scheduled. _must_cancel is
+    # True only while a step is scheduled and must throw CancelledError.
+    _name: str
+    _num_cancels_requested: int
+    _fut_waiter: Any
+    _coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any]
+    _context: contextvars.Context
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
+        *,
+        loop: AbstractEventLoop | None = None,
+        name: object = None,
+        context: contextvars.Context | None = None,
+    ) -> None:
+        init_task(self, coro, loop, name, context)
+
+    def __del__(self) -> None:
+        if self._state == PENDING and self._log_destroy_pending:
+            context: dict[str, Any] = {
+                "task": self,
+                "message": "Task was destroyed but it is pending!",
+            }
+            if self._source_traceback:
+                context["source_traceback"] = self._source_traceback
+            self._loop.call_exception_handler(context)
+        super().__del__()
+
+    def _repr_info(self) -> list[str]:
+        info = super()._repr_info()
+        if self._num_cancels_requested and self._state == PENDING:
+            # Still pending, but asked to cancel.
+            info[0] = "cancelling"
+        info.insert(1, f"name={self._name!r}")
+        info.insert(2, f"coro=<{format_coroutine(self._coro)}>")
+        if self._fut_waiter is not None:
+            info.insert(3, f"wait_for={self._fut_waiter!r}")
+        return info
+
+    # --- the public Task API -------------------------------------------------
+
+    def get_coro(self) -> Coroutine[Any, Any, Any] | Generator[Any, None, Any]:
+        """The coroutine this task runs."""
+        return self._coro
+
+    def get_context(self) -> contextvars.Context:
+        """The context every step of this task runs in."""
+        return self._context
+
+    def get_name(self) -> str:
+        """The task's name."""
+        return self._name
+
+    def set_name(self, value: object) -> None:
+        """Rename the task (the value is converted with ``str``)."""
+        self._name = str(value)
+
+    def set_result(self, result: Any) -> None:
+        """Not supported: a task's result comes from its coroutine."""
+        raise RuntimeError("Task does not support set_result operation")
+
+    def set_exception(self, exception: type | BaseException) -> None:
+        """Not supported: a task's exception comes from its coroutine."""
+        raise RuntimeError("Task does not support set_exception operation")
+
+    def get_stack(self, *, limit: int | None = None) -> list[FrameType]:
+        """The frames of this task's coroutine.
+
+        For a suspended coroutine that is its own frame; for a task that
+        failed, the frames of the exception's traceback. At most ``limit``
+        frames are returned (the newest for a stack, the oldest for a
+        traceback), as asyncio does.
+        """
+        frames: list[FrameType] = []
+        coro = self._coro
+        frame: FrameType | None = getattr(coro, "cr_frame", None)
+        if frame is None:
+            frame = getattr(coro, "gi_frame", None)
+        if frame is not None:
+            while frame is not None:
+                if limit is not None:
+                    if limit <= 0:
+                        break
+                    limit -= 1
+                frames.append(frame)
+                frame = frame.f_back
+            frames.reverse()
+        elif self._exception is not None:
+            tb = self._exception.__traceback__
+            while tb is not None:
+                if limit is not None:
+                    if limit <= 0:
+                        break
+                    limit -= 1
+                frames.append(tb.tb_frame)
+                tb = tb.tb_next
+        return frames
+
+    def print_stack(self, *, limit: int | None = None, file: IO[str] | None = None) -> None:
+        """Print ``get_stack()`` like a traceback, to ``file`` (default: stderr)."""
+        if file is None:
+            file = sys.stderr
+        extracted: list[tuple[str, int, str, str]] = []
+        checked: set[str] = set()
+        for frame in self.get_stack(limit=limit):
+            lineno = frame.f_lineno or 0
+            code = frame.f_code
+            filename = code.co_filename
+            if filename not in checked:
+                checked.add(filename)
+                linecache.checkcache(filename)
+            line = linecache.getline(filename, lineno, frame.f_globals)
+            extracted.append((filename, lineno, code.co_name, line))
+        exc = self._exception
+        if not extracted:
+            print(f"No stack for {self!r}", file=file)
+        elif exc is not None:
+            print(f"Traceback for {self!r} (most recent call last):", file=file)
+        else:
+            print(f"Stack for {self!r} (most recent call last):", file=file)
+        traceback.print_list(traceback.StackSummary.from_list(extracted), file=file)
+        if exc is not None:
+            for line in traceback.format_exception_only(type(exc), exc):
+                print(line, file=file, end="")
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        """Ask the task to cancel itself.
+
+        CancelledError is thrown into the coroutine at its current ``await``
+        (or at its first step). The coroutine may catch it; ``cancelling()``
+        counts the requests.
+
+        Returns:
+            False if the task is already done, True otherwise.
+        """
+        self._log_traceback = False
+        if self._state != PENDING:
+            return False
+        self._num_cancels_requested += 1
+        waiter = self._fut_waiter
+        if waiter is not None and waiter.cancel(msg=msg):
+            # The wakeup callback will throw CancelledError into the coroutine.
+            return True
+        # The task is scheduled to run: make that step throw instead.
+        self._must_cancel = True
+        self._cancel_message = msg
+        return True
+
+    def cancelling(self) -> int:
+        """How many cancellation requests are pending (see ``uncancel``)."""
+        return self._num_cancels_requested
+
+    def uncancel(self) -> int:
+        """Withdraw one cancellation request; return how many remain."""
+        if self._num_cancels_requested > 0:
+            self._num_cancels_requested -= 1
+            if self._num_cancels_requested == 0 and _UNCANCEL_CLEARS_PENDING:
+                self._must_cancel = False
+        return self._num_cancels_requested
+
+    # --- driving the coroutine -------------------------------------------------
+
+    def _wakeup(self, future: Any) -> None:
+        # The done callback of the future this task waits on. Its only job is
+        # to be a bound method (asyncio code and tools look for the task in
+        # ``callback.__self__``); the work is in task_wakeup.
+        task_wakeup(self, future)
+
+
+# The step and the wakeup are module-level functions, not methods, on purpose:
+# tasks are instances of the interpreted subclass Task, on which every call of
+# a compiled method costs a Python-level dispatch, while a call of a compiled
+# function is a plain C call. The step is scheduled as
+# ``OneArgHandle(task_step, task)``, or ``Handle(task_step, (task, exc))`` to
+# throw ``exc`` in: no bound method to make.
+
+
+def init_task(
+    task: TaskCore,
+    coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
+    loop: AbstractEventLoop | None,
+    name: object,
+    context: contextvars.Context | None,
+) -> None:
+    """``TaskCore.__init__``'s work, callable on an instance made by ``__new__``.
+
+    ``loop.create_task()`` makes its tasks that way: calling the interpreted
+    Task class with keyword arguments packs them into a dict and unpacks them
+    again, which cost more than the rest of creating the task.
+    """
+    Future.__init__(task, loop=loop)
+    # The exact type first: asyncio.iscoroutine() is an interpreted function.
+    if type(coro) is not _COROUTINE_TYPE and not iscoroutine(coro):
+        # The task never ran; don't log that it was destroyed pending.
+        task._log_destroy_pending = False
+        raise TypeError(f"a coroutine was expected, got {coro!r}")
+    if name is None:
+        task._name = f"Task-{_next_task_number()}"
+    else:
+        task._name = str(name)
+    task._num_cancels_requested = 0
+    task._must_cancel = False
+    task._fut_waiter = None
+    task._coro = coro
+    task._context = contextvars.copy_context() if context is None else context
+    instruments = _instruments_of(task)
+    schedule_step(task, None)
+    _register_task(task)
+    if instruments.task_spawned:
+        instruments.call_task_hook("task_spawned", instruments.task_spawned, task)
+
+
+def _instruments_of(task: TaskCore) -> Instruments:
+    """The instruments of the task's loop (none on a loop that is not corun's)."""
+    if task._corun_loop:
+        return cast(LoopBase, task._loop)._corun_instruments
+    return NO_INSTRUMENTS
+
+
+def schedule_step(task: TaskCore, exc: BaseException | None) -> None:
+    """Schedule ``task_step(task, exc)`` in the task's context."""
+    if exc is None:
+        call_soon(task._loop, task._corun_loop, _TASK_STEP, task, task._context)
+    else:
+        # Rare (a bad yield, a future of another loop): the loop's own call_soon.
+        task._loop.call_soon(_TASK_STEP, task, exc, context=task._context)
+
+
+def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
+    """Run one step of ``task``: send None into its coroutine, or throw ``exc`` in."""
+    if task._state != PENDING:
+        raise InvalidStateError(f"_step(): already done: {task!r}, {exc!r}")
+    if task._must_cancel:
+        if not isinstance(exc, CancelledError):
+            exc = task._make_cancelled_error()
+        task._must_cancel = False
+    task._fut_waiter = None
+    loop = task._loop
+    instruments = _instruments_of(task)
+    if instruments.before_task_step:
+        instruments.call_task_hook("before_task_step", instruments.before_task_step, task)
+    _enter_task(loop, task)
+    try:
+        coro = task._coro
+        try:
+            if exc is None:
+                result = coro.send(None)
+            else:
+                result = coro.throw(exc)
+        except _StopIteration as stop:
+            exc = None
+            if task._must_cancel:
+                # The task was cancelled while running its last step.
+                task._must_cancel = False
+                Future.cancel(task, msg=task._cancel_message)
+            else:
+                Future.set_result(task, stop.value)
+        except CancelledError as cancelled:
+            exc = None
+            _drop_own_frame(cancelled)
+            task._cancelled_exc = cancelled  # re-raised by result() with its traceback
+            Future.cancel(task)
+        except (KeyboardInterrupt, SystemExit) as error:
+            exc = None
+            Future.set_exception(task, error)
+            raise
+        except BaseException as error:
+            exc = None
+            _drop_own_frame(error)
+            Future.set_exception(task, error)
+        else:
+            if result is None:
+                # A bare yield (asyncio.sleep(0)): run again on the next iteration.
+                schedule_step(task, None)
+            elif isinstance(result, Future) and result._loop is loop:
+                # corun's own future or task (the common case): its fields
+                # are read directly instead of through generic calls, as
+                # asyncio's C Task does for its own Future. (A subclass
+                # overriding add_done_callback is therefore not consulted.)
+                if not result._asyncio_future_blocking or result is task:
+                    _handle_yield(task, result)
+                else:
+                    result._asyncio_future_blocking = False
+                    wakeup = task._wakeup
+                    if result._state == PENDING:
+                        add_callback(result, wakeup, task._context)
+                    else:
+                        call_soon(loop, task._corun_loop, wakeup, result, task._context)
+                    task._fut_waiter = result
+                    if task._must_cancel and result.cancel(msg=task._cancel_message):
+                        task._must_cancel = False
+            else:
+                _handle_yield(task, result)
+    finally:
+        _leave_task(loop, task)
+        if instruments.after_task_step:
+            instruments.call_task_hook("after_task_step", instruments.after_task_step, task)
+        if instruments.task_exited and task._state != PENDING:
+            instruments.call_task_hook("task_exited", instruments.task_exited, task)
+
+
+# The step as an object, held in a compiled static: naming ``task_step`` where
+# an object is needed looks it up in the module's dict on every call.
+_TASK_STEP: Final[Callable[..., None]] = task_step
+
+
+def _handle_yield(task: TaskCore, result: Any) -> None:
+    """What the coroutine yielded, on the general (slower) path."""
+    loop = task._loop
+    blocking = getattr(result, "_asyncio_future_blocking", None)
+    if blocking is not None:
+        # A future-like object: wait for it.
+        if result.get_loop() is not loop:
+            schedule_step(
+                task,
+                RuntimeError(f"Task {task!r} got Future {result!r} attached to a different loop"),
+            )
+        elif blocking:
+            if result is task:
+                schedule_step(task, RuntimeError(f"Task cannot await on itself: {task!r}"))
+            else:
+                result._asyncio_future_blocking = False
+                result.add_done_callback(task._wakeup, context=task._context)
+                task._fut_waiter = result
+                if task._must_cancel and result.cancel(msg=task._cancel_message):
+                    task._must_cancel = False
+        else:
+            schedule_step(
+                task,
+                RuntimeError(
+                    f"yield was used instead of yield from in task {task!r} with {result!r}"
+                ),
+            )
+    elif result is None:
+        # A bare yield: run again on the next iteration.
+        schedule_step(task, None)
+    elif inspect.isgenerator(result):
+        schedule_step(
+            task,
+            RuntimeError(
+                f"yield was used instead of yield from for generator in task {task!r} "
+                f"with {result!r}"
+            ),
+        )
+    else:
+        schedule_step(task, RuntimeError(f"Task got bad yield: {result!r}"))
+
+
+def task_wakeup(task: TaskCore, future: Any) -> None:
+    """Resume ``task`` now that ``future``, which it waited on, is done."""
+    if isinstance(future, Future) and future._state == FINISHED and future._exception is None:
+        # The common case, without raising and catching anything.
+        task_step(task, None)
+        return
+    try:
+        future.result()
+    except BaseException as exc:
+        # This may also be a cancellation.
+        task_step(task, exc)
+    else:
+        # Don't pass the result: the coroutine reads it from the future
+        # itself, which keeps tracebacks shorter and frees the value sooner.
+        task_step(task, None)

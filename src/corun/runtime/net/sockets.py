@@ -1,0 +1,414 @@
+"""Low-level socket operations: ``loop.sock_recv()`` and friends.
+
+Each operation first tries the system call at once: on a socket that is
+ready (the common case for a busy server) it completes without touching
+epoll. Only when the call would block does it register a one-shot reader or
+writer, whose callback retries the call and completes a future.
+
+A cancelled operation must not leave its registration behind, and must not
+remove a registration that a later operation on the same socket made. The
+done callback removes the reader or writer only if the registered handle is
+still the one this operation created (registering a new one cancels the old).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import socket
+import ssl
+from asyncio import SendfileNotAvailableError
+from collections.abc import Callable
+from typing import Any, Final
+
+from corun.runtime.engine.futures import Future
+from corun.runtime.engine.handles import Handle
+from corun.runtime.engine.loop_core import LoopCore
+from corun.runtime.net.dns import ensure_resolved
+
+#: How much sock_sendfile's fallback reads per chunk.
+SENDFILE_FALLBACK_CHUNK: Final = 256 * 1024
+# sendfile(2) refuses this pair of fds (not a regular file, an unsupported socket).
+_SENDFILE_UNSUPPORTED: Final = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+
+def check_not_ssl_socket(sock: socket.socket) -> None:
+    if isinstance(sock, ssl.SSLSocket):
+        raise TypeError("Socket cannot be of type SSLSocket")
+
+
+def _check_socket(loop: LoopCore, sock: socket.socket) -> None:
+    check_not_ssl_socket(sock)
+    if loop.get_debug() and sock.gettimeout() != 0:
+        raise ValueError("the socket must be non-blocking")
+
+
+def _reader_done(loop: LoopCore, fd: int, handle: Handle, fut: Future) -> None:
+    if not handle._cancelled:
+        loop._remove_reader(fd)
+
+
+def _writer_done(loop: LoopCore, fd: int, handle: Handle, fut: Future) -> None:
+    if not handle._cancelled:
+        loop._remove_writer(fd)
+
+
+async def _wait_readable(
+    loop: LoopCore, sock: socket.socket, callback: Callable[..., None], *args: Any
+) -> Any:
+    fut: Future = loop.create_future()
+    fd = sock.fileno()
+    loop._ensure_fd_no_transport(fd)
+    handle = loop._add_reader(fd, callback, fut, sock, *args)
+    fut.add_done_callback(functools.partial(_reader_done, loop, fd, handle))
+    return await fut
+
+
+async def _wait_writable(
+    loop: LoopCore, sock: socket.socket, callback: Callable[..., None], *args: Any
+) -> Any:
+    fut: Future = loop.create_future()
+    fd = sock.fileno()
+    loop._ensure_fd_no_transport(fd)
+    handle = loop._add_writer(fd, callback, fut, sock, *args)
+    fut.add_done_callback(functools.partial(_writer_done, loop, fd, handle))
+    return await fut
+
+
+def _complete(fut: Future, call: Callable[..., Any], *args: Any) -> None:
+    """Retry ``call(*args)``; complete ``fut`` unless it would still block."""
+    if fut.done():
+        return
+    try:
+        result = call(*args)
+    except (BlockingIOError, InterruptedError):
+        return
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
+
+
+def _on_readable(fut: Future, sock: socket.socket, method: str, *args: Any) -> None:
+    _complete(fut, getattr(sock, method), *args)
+
+
+async def sock_recv(loop: LoopCore, sock: socket.socket, nbytes: int) -> bytes:
+    """Receive up to ``nbytes`` from a connected non-blocking socket."""
+    _check_socket(loop, sock)
+    try:
+        return sock.recv(nbytes)
+    except (BlockingIOError, InterruptedError):
+        pass
+    result: bytes = await _wait_readable(loop, sock, _on_readable, "recv", nbytes)
+    return result
+
+
+async def sock_recv_into(loop: LoopCore, sock: socket.socket, buf: Any) -> int:
+    """Receive into ``buf``; return the number of bytes received."""
+    _check_socket(loop, sock)
+    try:
+        return sock.recv_into(buf)
+    except (BlockingIOError, InterruptedError):
+        pass
+    result: int = await _wait_readable(loop, sock, _on_readable, "recv_into", buf)
+    return result
+
+
+async def sock_recvfrom(loop: LoopCore, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
+    """Receive a datagram of up to ``bufsize`` bytes; return ``(data, address)``."""
+    _check_socket(loop, sock)
+    try:
+        return sock.recvfrom(bufsize)
+    except (BlockingIOError, InterruptedError):
+        pass
+    result: tuple[bytes, Any] = await _wait_readable(loop, sock, _on_readable, "recvfrom", bufsize)
+    return result
+
+
+async def sock_recvfrom_into(
+    loop: LoopCore, sock: socket.socket, buf: Any, nbytes: int = 0
+) -> tuple[int, Any]:
+    """Receive a datagram into ``buf``; return ``(nbytes, address)``."""
+    _check_socket(loop, sock)
+    if not nbytes:
+        nbytes = len(buf)
+    try:
+        return sock.recvfrom_into(buf, nbytes)
+    except (BlockingIOError, InterruptedError):
+        pass
+    result: tuple[int, Any] = await _wait_readable(
+        loop, sock, _on_readable, "recvfrom_into", buf, nbytes
+    )
+    return result
+
+
+def _on_sendall_writable(
+    fut: Future, sock: socket.socket, view: memoryview, progress: list[int]
+) -> None:
+    if fut.done():
+        return
+    start = progress[0]
+    try:
+        sent = sock.send(view[start:])
+    except (BlockingIOError, InterruptedError):
+        return
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        fut.set_exception(exc)
+        return
+    start += sent
+    if start == len(view):
+        fut.set_result(None)
+    else:
+        progress[0] = start
+
+
+async def sock_sendall(loop: LoopCore, sock: socket.socket, data: Any) -> None:
+    """Send all of ``data``; raise on error (how much was sent is then unknown)."""
+    _check_socket(loop, sock)
+    try:
+        sent = sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    view = memoryview(data).cast("B")
+    if sent == len(view):
+        return
+    await _wait_writable(loop, sock, _on_sendall_writable, view, [sent])
+
+
+async def sock_sendto(loop: LoopCore, sock: socket.socket, data: Any, address: Any) -> int:
+    """Send a datagram to ``address``; return the number of bytes sent."""
+    _check_socket(loop, sock)
+    try:
+        return sock.sendto(data, address)
+    except (BlockingIOError, InterruptedError):
+        pass
+    result: int = await _wait_writable(loop, sock, _on_sendto_writable, data, address)
+    return result
+
+
+def _on_sendto_writable(fut: Future, sock: socket.socket, data: Any, address: Any) -> None:
+    _complete(fut, sock.sendto, data, address)
+
+
+def _on_connect_writable(fut: Future, sock: socket.socket, address: Any) -> None:
+    if fut.done():
+        return
+    try:
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err != 0:
+            raise OSError(err, f"Connect call failed {address}")
+    except (BlockingIOError, InterruptedError):
+        return  # spurious wakeup: still connecting
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(None)
+
+
+async def sock_connect(loop: LoopCore, sock: socket.socket, address: Any) -> None:
+    """Connect ``sock`` to ``address``, resolving a host name first if needed."""
+    _check_socket(loop, sock)
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        infos = await ensure_resolved(
+            loop, address, family=sock.family, type=sock.type, proto=sock.proto
+        )
+        address = infos[0][4]
+    try:
+        sock.connect(address)
+        return
+    except (BlockingIOError, InterruptedError):
+        pass
+    try:
+        await _wait_writable(loop, sock, _on_connect_writable, address)
+    finally:
+        # The future holds the exception, whose traceback holds this frame.
+        address = None
+
+
+def _on_accept_readable(fut: Future, sock: socket.socket) -> None:
+    if fut.done():
+        return
+    try:
+        conn, address = sock.accept()
+        conn.setblocking(False)
+    except (BlockingIOError, InterruptedError):
+        return
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        fut.set_exception(exc)
+    else:
+        fut.set_result((conn, address))
+
+
+async def sock_accept(loop: LoopCore, sock: socket.socket) -> tuple[socket.socket, Any]:
+    """Accept a connection; return ``(conn, address)``, ``conn`` non-blocking."""
+    _check_socket(loop, sock)
+    try:
+        conn, address = sock.accept()
+        conn.setblocking(False)
+        return conn, address
+    except (BlockingIOError, InterruptedError):
+        pass
+    result: tuple[socket.socket, Any] = await _wait_readable(loop, sock, _on_accept_readable)
+    return result
+
+
+# --- sendfile -----------------------------------------------------------------
+
+
+def check_sendfile_params(sock: socket.socket, file: Any, offset: object, count: object) -> None:
+    """asyncio's argument checks for sock_sendfile."""
+    if "b" not in getattr(file, "mode", "b"):
+        raise ValueError("file should be opened in binary mode")
+    if not sock.type == socket.SOCK_STREAM:
+        raise ValueError("only SOCK_STREAM type sockets are supported")
+    check_file_params(file, offset, count)
+
+
+def check_file_params(file: Any, offset: object, count: object) -> None:
+    """asyncio's checks of sendfile's file, offset and count."""
+    if "b" not in getattr(file, "mode", "b"):
+        raise ValueError("file should be opened in binary mode")
+    if count is not None:
+        if not isinstance(count, int):
+            raise TypeError(f"count must be a positive integer (got {count!r})")
+        if count <= 0:
+            raise ValueError(f"count must be a positive integer (got {count!r})")
+    if not isinstance(offset, int):
+        raise TypeError(f"offset must be a non-negative integer (got {offset!r})")
+    if offset < 0:
+        raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
+
+
+def _file_fd_and_size(file: Any) -> tuple[int, int]:
+    try:
+        fileno = file.fileno()
+    except (AttributeError, OSError) as exc:
+        raise SendfileNotAvailableError("not a regular file") from exc
+    try:
+        size = os.fstat(fileno).st_size
+    except OSError:
+        raise SendfileNotAvailableError("not a regular file") from None
+    return fileno, size
+
+
+class _SendfileState:
+    """Progress of one native sendfile, shared with its writable callback."""
+
+    __slots__ = ("count", "fileno", "offset", "sent")
+
+    def __init__(self, fileno: int, offset: int, count: int) -> None:
+        self.fileno = fileno
+        self.offset = offset
+        self.count = count  # bytes still to send
+        self.sent = 0
+
+
+def _on_sendfile_writable(fut: Future, sock: socket.socket, state: _SendfileState) -> None:
+    if fut.done():
+        return
+    while state.count > 0:
+        try:
+            sent = os.sendfile(sock.fileno(), state.fileno, state.offset, state.count)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            if state.sent == 0 and exc.errno in _SENDFILE_UNSUPPORTED:
+                fut.set_exception(SendfileNotAvailableError("os.sendfile() is not supported here"))
+            else:
+                fut.set_exception(exc)
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+            return
+        if sent == 0:
+            break  # end of file
+        state.offset += sent
+        state.count -= sent
+        state.sent += sent
+    fut.set_result(state.sent)
+
+
+async def sock_sendfile_native(
+    loop: LoopCore, sock: socket.socket, file: Any, offset: int, count: int | None
+) -> int:
+    """Send a file with os.sendfile (zero-copy); SendfileNotAvailableError if it can't."""
+    fileno, size = _file_fd_and_size(file)
+    if offset >= size:
+        return 0
+    blocksize = size - offset if count is None else min(count, size - offset)
+    if blocksize <= 0:
+        return 0
+    state = _SendfileState(fileno, offset, blocksize)
+    fut: Future = loop.create_future()
+    _on_sendfile_writable(fut, sock, state)
+    try:
+        if not fut.done():
+            fd = sock.fileno()
+            loop._ensure_fd_no_transport(fd)
+            handle = loop._add_writer(fd, _on_sendfile_writable, fut, sock, state)
+            fut.add_done_callback(functools.partial(_writer_done, loop, fd, handle))
+        sent: int = await fut
+        return sent
+    finally:
+        if state.sent > 0:
+            # As asyncio does: leave the file position after what was sent.
+            file.seek(offset + state.sent)
+
+
+async def sock_sendfile_fallback(
+    loop: LoopCore, sock: socket.socket, file: Any, offset: int, count: int | None
+) -> int:
+    """Send a file by reading it in chunks (in the executor) and sock_sendall."""
+    if offset:
+        file.seek(offset)
+    blocksize = min(count, SENDFILE_FALLBACK_CHUNK) if count else SENDFILE_FALLBACK_CHUNK
+    buf = bytearray(blocksize)
+    total_sent = 0
+    try:
+        while True:
+            if count:
+                blocksize = min(count - total_sent, blocksize)
+                if blocksize <= 0:
+                    break
+            view = memoryview(buf)[:blocksize]
+            read = await loop.run_in_executor(None, file.readinto, view)
+            if not read:
+                break
+            await sock_sendall(loop, sock, view[:read])
+            total_sent += read
+        return total_sent
+    finally:
+        if total_sent > 0 and hasattr(file, "seek"):
+            file.seek(offset + total_sent)
+
+
+async def sock_sendfile(
+    loop: LoopCore,
+    sock: socket.socket,
+    file: Any,
+    offset: int = 0,
+    count: int | None = None,
+    *,
+    fallback: bool | None = True,
+) -> int:
+    """``loop.sock_sendfile``: zero-copy when possible, else read-and-send if allowed."""
+    _check_socket(loop, sock)
+    check_sendfile_params(sock, file, offset, count)
+    try:
+        return await sock_sendfile_native(loop, sock, file, offset, count)
+    except SendfileNotAvailableError:
+        if not fallback:
+            raise
+    return await sock_sendfile_fallback(loop, sock, file, offset, count)
