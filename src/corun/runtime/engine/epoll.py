@@ -64,10 +64,6 @@ class EpollIO:
         self._epoll: select.epoll = select.epoll()
         self._registrations: dict[int, FdRegistration] = {}
 
-    def fileno(self) -> int:
-        """The epoll fd itself."""
-        return self._epoll.fileno()
-
     def close(self) -> None:
         """Close epoll; registered handles are cancelled."""
         for registration in self._registrations.values():

@@ -5,7 +5,7 @@ executors, signals, async generators, error reporting and debug mode.
 ``corun.runtime.loop.EventLoop`` adds sockets, transports, servers, TLS and
 subprocesses on top, using only what this class offers.
 
-One iteration (``_run_once``) does what the seed documents describe:
+One iteration (``_run_once``):
 
 1. drop cancelled timers from the top of the heap (compacting it when they
    dominate), and work out how long the loop may sleep: not at all if

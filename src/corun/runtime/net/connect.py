@@ -37,7 +37,6 @@ from corun.runtime.transports.tls import TLSProtocol, default_client_context
 
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 
-_HAS_IPV6: Final = hasattr(socket, "AF_INET6")
 
 
 def make_tls_transport(

@@ -54,26 +54,36 @@ def _writer_done(loop: LoopCore, fd: int, handle: Handle, fut: Future) -> None:
         loop._remove_writer(fd)
 
 
-async def _wait_readable(
-    loop: LoopCore, sock: socket.socket, callback: Callable[..., None], *args: Any
+async def _wait_fd(
+    loop: LoopCore, sock: socket.socket, writable: bool, callback: Callable[..., None], *args: Any
 ) -> Any:
+    """Await ``callback(fut, sock, *args)``, called whenever ``sock`` is ready, completing ``fut``.
+
+    The registration goes when ``fut`` is done, however that happens
+    (completed, failed, or cancelled with the awaiting task).
+    """
     fut: Future = loop.create_future()
     fd = sock.fileno()
     loop._ensure_fd_no_transport(fd)
-    handle = loop._add_reader(fd, callback, fut, sock, *args)
-    fut.add_done_callback(functools.partial(_reader_done, loop, fd, handle))
+    if writable:
+        handle = loop._add_writer(fd, callback, fut, sock, *args)
+        fut.add_done_callback(functools.partial(_writer_done, loop, fd, handle))
+    else:
+        handle = loop._add_reader(fd, callback, fut, sock, *args)
+        fut.add_done_callback(functools.partial(_reader_done, loop, fd, handle))
     return await fut
+
+
+async def _wait_readable(
+    loop: LoopCore, sock: socket.socket, callback: Callable[..., None], *args: Any
+) -> Any:
+    return await _wait_fd(loop, sock, False, callback, *args)
 
 
 async def _wait_writable(
     loop: LoopCore, sock: socket.socket, callback: Callable[..., None], *args: Any
 ) -> Any:
-    fut: Future = loop.create_future()
-    fd = sock.fileno()
-    loop._ensure_fd_no_transport(fd)
-    handle = loop._add_writer(fd, callback, fut, sock, *args)
-    fut.add_done_callback(functools.partial(_writer_done, loop, fd, handle))
-    return await fut
+    return await _wait_fd(loop, sock, True, callback, *args)
 
 
 def _complete(fut: Future, call: Callable[..., Any], *args: Any) -> None:

@@ -17,6 +17,7 @@ from asyncio import trsock
 from typing import Any, Final
 
 from corun.runtime._constants import READ_BUFFER_SIZE, logger
+from corun.runtime.engine.futures import Future, set_result_unless_cancelled
 from corun.runtime.engine.loop_core import LoopCore
 
 
@@ -55,6 +56,66 @@ def water_marks(high: int | None, low: int | None, default_kib: int) -> tuple[in
     return high, low
 
 
+def report_error(
+    loop: Any, message: str, exc: BaseException, transport: Any, protocol: Any
+) -> None:
+    """Hand ``exc`` to the loop's exception handler, with asyncio's context keys."""
+    loop.call_exception_handler(
+        {"message": message, "exception": exc, "transport": transport, "protocol": protocol}
+    )
+
+
+def report_fatal_error(
+    loop: Any, exc: BaseException, message: str, transport: Any, protocol: Any, *, expected: bool
+) -> None:
+    """Report the error a transport closes on, as asyncio's transports do.
+
+    An ``expected`` one (a reset, a broken pipe: the peer's doing, which the
+    protocol hears of through ``connection_lost(exc)``) is logged in debug
+    mode only; a cancellation is not reported; anything else goes to the
+    exception handler.
+    """
+    if expected:
+        if loop.get_debug():
+            logger.debug("%r: %s", transport, message, exc_info=True)
+    elif not isinstance(exc, asyncio.CancelledError):
+        report_error(loop, message, exc, transport, protocol)
+
+
+def tell_writing(loop: Any, protocol: Any, paused: bool, transport: Any, context: Any) -> None:
+    """Call ``protocol.pause_writing()`` (or ``resume_writing()``), reporting what it raises.
+
+    ``context`` is the protocol named in the report: the transport's own,
+    or for TLS, the TLS protocol that stands between.
+    """
+    try:
+        if paused:
+            protocol.pause_writing()
+        else:
+            protocol.resume_writing()
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        name = "pause_writing" if paused else "resume_writing"
+        report_error(loop, f"protocol.{name}() failed", exc, transport, context)
+
+
+def connect_soon(
+    loop: LoopCore, transport: Any, protocol: Any, start: Any, waiter: Future | None
+) -> None:
+    """Schedule ``protocol.connection_made(transport)``, then ``start()``, then wake ``waiter``.
+
+    In that order, as asyncio does: ``connection_made()`` may pause reading
+    before the first read, and the caller of ``create_connection`` (or its
+    like) resumes with a protocol that knows its transport.
+    """
+    loop.call_soon(protocol.connection_made, transport)
+    if start is not None:
+        loop.call_soon(start)
+    if waiter is not None:
+        loop.call_soon(set_result_unless_cancelled, waiter, None)
+
+
 class FlowControlTransport(asyncio.Transport):
     """A transport with a write buffer and high/low water marks.
 
@@ -79,36 +140,12 @@ class FlowControlTransport(asyncio.Transport):
         if self.get_write_buffer_size() <= self._high_water or self._protocol_paused:
             return
         self._protocol_paused = True
-        try:
-            self._protocol.pause_writing()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            self._loop.call_exception_handler(
-                {
-                    "message": "protocol.pause_writing() failed",
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._protocol,
-                }
-            )
+        tell_writing(self._loop, self._protocol, True, self, self._protocol)
 
     def _maybe_resume_protocol(self) -> None:
         if self._protocol_paused and self.get_write_buffer_size() <= self._low_water:
             self._protocol_paused = False
-            try:
-                self._protocol.resume_writing()
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._loop.call_exception_handler(
-                    {
-                        "message": "protocol.resume_writing() failed",
-                        "exception": exc,
-                        "transport": self,
-                        "protocol": self._protocol,
-                    }
-                )
+            tell_writing(self._loop, self._protocol, False, self, self._protocol)
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         """``(low, high)``: the water marks of the write buffer."""
@@ -131,20 +168,9 @@ class FlowControlTransport(asyncio.Transport):
 
     def _fatal_error(self, exc: BaseException, message: str = "Fatal error on transport") -> None:
         """Report ``exc`` (unless it is an ordinary connection error) and close at once."""
-        if isinstance(exc, OSError):
-            # Resets, broken pipes and the like are the peer's doing, not bugs:
-            # the protocol hears of them through connection_lost(exc).
-            if self._loop.get_debug():
-                logger.debug("%r: %s", self, message, exc_info=True)
-        elif not isinstance(exc, asyncio.CancelledError):
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._protocol,
-                }
-            )
+        report_fatal_error(
+            self._loop, exc, message, self, self._protocol, expected=isinstance(exc, OSError)
+        )
         self._force_close(exc)
 
 

@@ -14,9 +14,9 @@ import socket
 from typing import Any
 
 from corun.runtime._constants import LOG_THRESHOLD_FOR_CONNLOST_WRITES, logger
-from corun.runtime.engine.futures import Future, set_result_unless_cancelled
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.loop_core import LoopCore
-from corun.runtime.transports.base import SocketTransport, read_buffer
+from corun.runtime.transports.base import SocketTransport, connect_soon, read_buffer
 
 
 class DatagramTransport(SocketTransport, asyncio.DatagramTransport):
@@ -34,10 +34,7 @@ class DatagramTransport(SocketTransport, asyncio.DatagramTransport):
         super().__init__(loop, sock, extra)
         self._address = address  # the connected peer, if any
         self._protocol = protocol
-        loop.call_soon(protocol.connection_made, self)
-        loop.call_soon(self._start_reading)
-        if waiter is not None:
-            loop.call_soon(set_result_unless_cancelled, waiter, None)
+        connect_soon(loop, self, protocol, self._start_reading, waiter)
 
     def __repr__(self) -> str:
         state = "closed" if self._sock is None else "closing" if self._closing else "open"

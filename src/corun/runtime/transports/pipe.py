@@ -45,9 +45,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from corun.runtime._constants import LOG_THRESHOLD_FOR_CONNLOST_WRITES, READ_BUFFER_SIZE, logger
-from corun.runtime.engine.futures import Future, set_result_unless_cancelled
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.loop_core import LoopCore
-from corun.runtime.transports.base import FlowControlTransport, read_buffer
+from corun.runtime.transports.base import (
+    FlowControlTransport,
+    connect_soon,
+    read_buffer,
+    report_fatal_error,
+)
 
 ProtocolT = TypeVar("ProtocolT", bound=asyncio.BaseProtocol)
 
@@ -65,6 +70,14 @@ class _PipeEnd:
     _protocol: Any
     _pipe: Any
     _fileno: int
+
+    def __del__(self) -> None:
+        if self._pipe is not None:
+            warnings.warn(
+                f"unclosed transport {self!r}", ResourceWarning, stacklevel=2, source=self
+            )
+            self._pipe.close()
+            self._pipe = None
 
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         try:
@@ -123,12 +136,7 @@ class ReadPipeTransport(_PipeEnd, asyncio.ReadTransport):
         self._fileno = fileno
         self._protocol = protocol
         loop._transports[self._fileno] = self
-        loop.call_soon(protocol.connection_made, self)
-        # Start reading only once connection_made() has run.
-        loop.call_soon(self._start_reading)
-        if waiter is not None:
-            # Wake the waiter only once connection_made() has run.
-            loop.call_soon(set_result_unless_cancelled, waiter, None)
+        connect_soon(loop, self, protocol, self._start_reading, waiter)
 
     def __repr__(self) -> str:
         info = [type(self).__name__]
@@ -147,14 +155,6 @@ class ReadPipeTransport(_PipeEnd, asyncio.ReadTransport):
         else:
             info.append("closed")
         return "<{}>".format(" ".join(info))
-
-    def __del__(self) -> None:
-        if self._pipe is not None:
-            warnings.warn(
-                f"unclosed transport {self!r}", ResourceWarning, stacklevel=2, source=self
-            )
-            self._pipe.close()
-            self._pipe = None
 
     def _start_reading(self) -> None:
         if self.is_reading():
@@ -221,19 +221,10 @@ class ReadPipeTransport(_PipeEnd, asyncio.ReadTransport):
             self._close(None)
 
     def _fatal_error(self, exc: BaseException, message: str) -> None:
-        if isinstance(exc, OSError) and exc.errno == errno.EIO:
-            # A pty whose other side closed: EOF, not an error.
-            if self._loop.get_debug():
-                logger.debug("%r: %s", self, message, exc_info=True)
-        else:
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._protocol,
-                }
-            )
+        # Unlike a socket's, a pipe's OSErrors are reported, as asyncio does,
+        # but for EIO: a pty whose other side closed, which is EOF.
+        eio = isinstance(exc, OSError) and exc.errno == errno.EIO
+        report_fatal_error(self._loop, exc, message, self, self._protocol, expected=eio)
         self._close(exc)
 
     def _close(self, exc: BaseException | None) -> None:
@@ -290,13 +281,9 @@ class WritePipeTransport(_PipeEnd, FlowControlTransport):
         self._fileno = fileno
         self._protocol = protocol
         loop._transports[self._fileno] = self
-        loop.call_soon(protocol.connection_made, self)
-        if is_socket or is_fifo:
-            # "Readable" means the peer closed (see the module docstring).
-            # Only once connection_made() has run.
-            loop.call_soon(self._start_watching_peer)
-        if waiter is not None:
-            loop.call_soon(set_result_unless_cancelled, waiter, None)
+        # "Readable" means the peer closed (see the module docstring).
+        watch = self._start_watching_peer if is_socket or is_fifo else None
+        connect_soon(loop, self, protocol, watch, waiter)
 
     def __repr__(self) -> str:
         info = [type(self).__name__]
@@ -315,14 +302,6 @@ class WritePipeTransport(_PipeEnd, FlowControlTransport):
         else:
             info.append("closed")
         return "<{}>".format(" ".join(info))
-
-    def __del__(self) -> None:
-        if self._pipe is not None:
-            warnings.warn(
-                f"unclosed transport {self!r}", ResourceWarning, stacklevel=2, source=self
-            )
-            self._pipe.close()
-            self._pipe = None
 
     def _start_watching_peer(self) -> None:
         if not self._lost:
@@ -467,6 +446,29 @@ class WritePipeTransport(_PipeEnd, FlowControlTransport):
         self._loop.call_soon(self._call_connection_lost, exc)
 
 
+_PipeTransportT = TypeVar("_PipeTransportT", "ReadPipeTransport", "WritePipeTransport")
+
+
+async def _connect_pipe(
+    loop: LoopCore,
+    transport_class: type[_PipeTransportT],
+    protocol_factory: Callable[[], ProtocolT],
+    pipe: Any,
+) -> tuple[_PipeTransportT, ProtocolT]:
+    protocol = protocol_factory()
+    waiter: Future = loop.create_future()
+    transport = transport_class(loop, pipe, protocol, waiter)
+    try:
+        await waiter
+    except BaseException:
+        transport.close()
+        raise
+    if loop.get_debug():
+        what = "Read" if transport_class is ReadPipeTransport else "Write"
+        logger.debug("%s pipe %r connected: (%r, %r)", what, pipe.fileno(), transport, protocol)
+    return transport, protocol
+
+
 async def connect_read_pipe(
     loop: LoopCore, protocol_factory: Callable[[], ProtocolT], pipe: Any
 ) -> tuple[ReadPipeTransport, ProtocolT]:
@@ -478,17 +480,7 @@ async def connect_read_pipe(
     Raises:
         ValueError: ``pipe`` is not a pipe, socket or character device.
     """
-    protocol = protocol_factory()
-    waiter: Future = loop.create_future()
-    transport = ReadPipeTransport(loop, pipe, protocol, waiter)
-    try:
-        await waiter
-    except BaseException:
-        transport.close()
-        raise
-    if loop.get_debug():
-        logger.debug("Read pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol)
-    return transport, protocol
+    return await _connect_pipe(loop, ReadPipeTransport, protocol_factory, pipe)
 
 
 async def connect_write_pipe(
@@ -502,14 +494,4 @@ async def connect_write_pipe(
     Raises:
         ValueError: ``pipe`` is not a pipe, socket or character device.
     """
-    protocol = protocol_factory()
-    waiter: Future = loop.create_future()
-    transport = WritePipeTransport(loop, pipe, protocol, waiter)
-    try:
-        await waiter
-    except BaseException:
-        transport.close()
-        raise
-    if loop.get_debug():
-        logger.debug("Write pipe %r connected: (%r, %r)", pipe.fileno(), transport, protocol)
-    return transport, protocol
+    return await _connect_pipe(loop, WritePipeTransport, protocol_factory, pipe)

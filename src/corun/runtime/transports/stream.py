@@ -26,9 +26,9 @@ from itertools import islice
 from typing import Any, Final
 
 from corun.runtime._constants import LOG_THRESHOLD_FOR_CONNLOST_WRITES, logger
-from corun.runtime.engine.futures import Future, set_result_unless_cancelled
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.loop_core import LoopCore
-from corun.runtime.transports.base import SocketTransport, read_buffer
+from corun.runtime.transports.base import SocketTransport, connect_soon, read_buffer
 
 #: sendmsg() takes at most this many buffers (IOV_MAX).
 MAX_IOV: Final = 1024
@@ -71,11 +71,7 @@ class StreamTransport(SocketTransport):
         if server is not None:
             server._attach(self)
         _set_nodelay(sock)
-        loop.call_soon(self._protocol.connection_made, self)
-        # Start reading only after connection_made(): it may pause reading.
-        loop.call_soon(self._start_reading)
-        if waiter is not None:
-            loop.call_soon(set_result_unless_cancelled, waiter, None)
+        connect_soon(loop, self, self._protocol, self._start_reading, waiter)
 
     def __repr__(self) -> str:
         info = [type(self).__name__]

@@ -608,6 +608,53 @@ def _abandon(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def _check_options(
+    shell: object,
+    want_shell: bool,
+    universal_newlines: object,
+    bufsize: int,
+    text: object,
+    encoding: object,
+    errors: object,
+) -> None:
+    """asyncio's checks: its subprocess pipes are bytes, unbuffered, and the method decides ``shell``."""
+    if universal_newlines:
+        raise ValueError("universal_newlines must be False")
+    if bool(shell) != want_shell:
+        raise ValueError(f"shell must be {want_shell}")
+    if bufsize != 0:
+        raise ValueError("bufsize must be 0")
+    if text:
+        raise ValueError("text must be False")
+    if encoding is not None:
+        raise ValueError("encoding must be None")
+    if errors is not None:
+        raise ValueError("errors must be None")
+
+
+async def _spawn(
+    loop: LoopCore,
+    protocol_factory: Callable[[], ProtocolT],
+    popen_args: Any,
+    shell: bool,
+    debug_log: str,
+    stdin: StdioArg,
+    stdout: StdioArg,
+    stderr: StdioArg,
+    kwargs: dict[str, Any],
+) -> tuple[SubprocessTransport, ProtocolT]:
+    protocol = protocol_factory()
+    debug = loop.get_debug()
+    if debug:
+        _log_subprocess(debug_log, stdin, stdout, stderr)
+    transport = await _make_subprocess_transport(
+        loop, protocol, popen_args, shell, stdin, stdout, stderr, 0, **kwargs
+    )
+    if debug and loop.get_debug():
+        logger.info("%s: %r", debug_log, transport)
+    return transport, protocol
+
+
 async def subprocess_exec(
     loop: LoopCore,
     protocol_factory: Callable[[], ProtocolT],
@@ -632,32 +679,20 @@ async def subprocess_exec(
         OSError: the program could not be started (e.g. FileNotFoundError).
         TypeError: an argument is not a string, bytes or path.
     """
-    if universal_newlines:
-        raise ValueError("universal_newlines must be False")
-    if shell:
-        raise ValueError("shell must be False")
-    if bufsize != 0:
-        raise ValueError("bufsize must be 0")
-    if text:
-        raise ValueError("text must be False")
-    if encoding is not None:
-        raise ValueError("encoding must be None")
-    if errors is not None:
-        raise ValueError("errors must be None")
-
-    popen_args = (program, *args)
-    protocol = protocol_factory()
-    debug_log = None
-    if loop.get_debug():
-        # Not the arguments: they may hold secrets, and be long.
-        debug_log = f"execute program {program!r}"
-        _log_subprocess(debug_log, stdin, stdout, stderr)
-    transport = await _make_subprocess_transport(
-        loop, protocol, popen_args, False, stdin, stdout, stderr, bufsize, **kwargs
+    _check_options(shell, False, universal_newlines, bufsize, text, encoding, errors)
+    # The debug log names the program, not its arguments: they may hold
+    # secrets, and be long.
+    return await _spawn(
+        loop,
+        protocol_factory,
+        (program, *args),
+        False,
+        f"execute program {program!r}",
+        stdin,
+        stdout,
+        stderr,
+        kwargs,
     )
-    if debug_log is not None and loop.get_debug():
-        logger.info("%s: %r", debug_log, transport)
-    return transport, protocol
 
 
 async def subprocess_shell(
@@ -685,28 +720,15 @@ async def subprocess_shell(
     """
     if not isinstance(cmd, (bytes, str)):
         raise ValueError("cmd must be a string")
-    if universal_newlines:
-        raise ValueError("universal_newlines must be False")
-    if not shell:
-        raise ValueError("shell must be True")
-    if bufsize != 0:
-        raise ValueError("bufsize must be 0")
-    if text:
-        raise ValueError("text must be False")
-    if encoding is not None:
-        raise ValueError("encoding must be None")
-    if errors is not None:
-        raise ValueError("errors must be None")
-
-    protocol = protocol_factory()
-    debug_log = None
-    if loop.get_debug():
-        # Not the command: it may hold secrets, and be long.
-        debug_log = f"run shell command {cmd!r}"
-        _log_subprocess(debug_log, stdin, stdout, stderr)
-    transport = await _make_subprocess_transport(
-        loop, protocol, cmd, True, stdin, stdout, stderr, bufsize, **kwargs
+    _check_options(shell, True, universal_newlines, bufsize, text, encoding, errors)
+    return await _spawn(
+        loop,
+        protocol_factory,
+        cmd,
+        True,
+        f"run shell command {cmd!r}",
+        stdin,
+        stdout,
+        stderr,
+        kwargs,
     )
-    if debug_log is not None and loop.get_debug():
-        logger.info("%s: %r", debug_log, transport)
-    return transport, protocol

@@ -172,7 +172,7 @@ from corun.runtime._constants import (
     SSL_SHUTDOWN_TIMEOUT,
     logger,
 )
-from corun.runtime.transports.base import water_marks
+from corun.runtime.transports.base import report_fatal_error, tell_writing, water_marks
 
 #: Most plaintext one SSLObject.write() call encrypts.
 ENCRYPT_CHUNK: Final = 256 * 1024
@@ -224,8 +224,8 @@ def default_client_context(server_hostname: str | None) -> ssl.SSLContext:
 def _check_timeout(name: str, timeout: Any, default: float) -> Any:
     """``timeout``, or ``default`` for None; checked as asyncio does.
 
-    Any, not float: compiled code would turn an int into a float, and the
-    messages must show what the caller passed ("got 0", "longer than 1 seconds").
+    The value is kept as given: the messages show what the caller passed
+    ("got 0", "longer than 1 seconds").
     """
     if timeout is None:
         return default
@@ -854,34 +854,10 @@ class TLSProtocol(asyncio.BufferedProtocol):
         size = self._write_buffer_size
         if size > self._outgoing_high_water and not self._app_writing_paused:
             self._app_writing_paused = True
-            try:
-                self._app_protocol.pause_writing()
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as exc:
-                self._loop.call_exception_handler(
-                    {
-                        "message": "protocol.pause_writing() failed",
-                        "exception": exc,
-                        "transport": self._app_transport,
-                        "protocol": self,
-                    }
-                )
+            tell_writing(self._loop, self._app_protocol, True, self._app_transport, self)
         elif size <= self._outgoing_low_water and self._app_writing_paused:
             self._app_writing_paused = False
-            try:
-                self._app_protocol.resume_writing()
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as exc:
-                self._loop.call_exception_handler(
-                    {
-                        "message": "protocol.resume_writing() failed",
-                        "exception": exc,
-                        "transport": self._app_transport,
-                        "protocol": self,
-                    }
-                )
+            tell_writing(self._loop, self._app_protocol, False, self._app_transport, self)
 
     def _get_write_buffer_size(self) -> int:
         return self._write_buffer_size + self._outgoing.pending
@@ -1074,20 +1050,10 @@ class TLSProtocol(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is not None:
             _force_close(transport, exc)
-        if isinstance(exc, OSError):
-            # ssl.SSLError, resets, timeouts: the peer's doing or the
-            # network's; connection_lost(exc) reports them.
-            if self._loop.get_debug():
-                logger.debug("%r: %s", self, message, exc_info=True)
-        elif not isinstance(exc, asyncio.CancelledError):
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": transport,
-                    "protocol": self,
-                }
-            )
+        # ssl.SSLError is an OSError too: the peer's doing or the network's.
+        report_fatal_error(
+            self._loop, exc, message, transport, self, expected=isinstance(exc, OSError)
+        )
 
 
 class SSLTransport(asyncio.Transport):
@@ -1100,12 +1066,11 @@ class SSLTransport(asyncio.Transport):
 
     # start_tls() works on top of it (TLS in TLS).
     _start_tls_compatible: bool = True
+    # loop.sendfile() reads the file and writes it through TLS.
+    _sendfile_compatible: Any = _SendfileMode.FALLBACK
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ssl_protocol: TLSProtocol) -> None:
         super().__init__(None)
-        # loop.sendfile() reads the file and writes it through TLS. (Set here:
-        # mypyc cannot compile a non-literal class attribute default.)
-        self._sendfile_compatible: Any = _SendfileMode.FALLBACK
         self._loop: asyncio.AbstractEventLoop = loop
         self._ssl_protocol: TLSProtocol = ssl_protocol
         # Invariant: True once close() or abort() was called or the
