@@ -174,9 +174,10 @@ class PolicyBase:
             error = None  # breaks a reference cycle through the traceback
             self.hooks.emit("call_finished", subscribers, event)
 
-    async def _run(
+    def _run(
         self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], key: Hashable
-    ) -> T:
+    ) -> Awaitable[T]:
+        """The policy proper: run ``fn(*args)``; subclasses implement it (as ``async def``)."""
         raise NotImplementedError
 
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
