@@ -19,7 +19,7 @@ from corun.http import (
     ClientOptions,
     ConnectError,
     InvalidURL,
-    Rejected,
+    RejectedError,
     RequestTimeout,
     TLSError,
     TooManyRedirects,
@@ -190,7 +190,7 @@ def test_breaker_opens_per_host(loop: asyncio.AbstractEventLoop) -> None:
         async with serve(faults) as bad, serve() as good, Client(options) as client:
             for _ in range(3):
                 assert (await client.request("GET", f"{bad}/down")).status == 500
-            with pytest.raises(Rejected) as info:
+            with pytest.raises(RejectedError) as info:
                 await client.request("GET", f"{bad}/down")
             assert info.value.kind == "breaker_open" and info.value.attempts == 0
             assert faults.hits["down"] == 3

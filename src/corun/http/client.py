@@ -20,7 +20,7 @@ One call of ``Client.request`` runs through these layers, outermost first
 * Only idempotent methods are retried unless ``retry_non_idempotent`` (or
   ``request(..., idempotent=True)``) says otherwise.
 * A policy refusal (``BreakerOpen``, ``RateLimited``, ``BulkheadFull``)
-  becomes ``Rejected``; the total timeout becomes ``RequestTimeout``.
+  becomes ``RejectedError``; the total timeout becomes ``RequestTimeout``.
 
 Keys: the breaker, the rate limiter and the bulkhead are keyed by
 ``host:port`` (``host_key``), so two servers on one machine are two hosts.
@@ -47,7 +47,7 @@ from corun.http.errors import (
     HttpError,
     InvalidURL,
     ProtocolError,
-    Rejected,
+    RejectedError,
     RequestTimeout,
     TLSError,
     TooManyRedirects,
@@ -400,7 +400,7 @@ class Client:
             BodyTooLarge: the body is over ``max_body_bytes``.
             TooManyRedirects: more than ``max_redirects`` redirects.
             ProtocolError: the response was not valid HTTP.
-            Rejected: the host's breaker is open, or a rate limit or
+            RejectedError: the host's breaker is open, or a rate limit or
                 bulkhead refused.
         """
         session = self._session
@@ -654,7 +654,7 @@ def _invalid_redirect(exc: aiohttp.InvalidURL, prefix: str, call: _Call) -> Http
     )
 
 
-def _rejected(exc: CallRejected, call: _Call) -> Rejected:
+def _rejected(exc: CallRejected, call: _Call) -> RejectedError:
     if isinstance(exc, BreakerOpen):
         kind = "breaker_open"
     elif isinstance(exc, RateLimited):
@@ -663,7 +663,7 @@ def _rejected(exc: CallRejected, call: _Call) -> Rejected:
         kind = "bulkhead_full"
     else:
         kind = "rejected"
-    return Rejected(
+    return RejectedError(
         f"{call.method} {call.raw_url}: {exc}",
         kind=kind,
         retry_in=exc.retry_in,
