@@ -79,6 +79,7 @@ from corun.resilience import (
     SystemClock,
     Timeout,
     TimeoutOptions,
+    _validate,
     retry_after_delay,
 )
 
@@ -349,14 +350,13 @@ class _PerHostBulkhead(PolicyBase):
 
     kind = "bulkhead"
 
+    options: BulkheadOptions
+
     def __init__(self, limit: int, *, clock: Clock, listeners: Iterable[Listener]) -> None:
-        super().__init__(name="per_host", clock=clock, listeners=())
-        self.options = BulkheadOptions(max_concurrent=limit, max_queue=1_000_000)
+        options = BulkheadOptions(max_concurrent=limit, max_queue=1_000_000)
+        super().__init__(options, name="per_host", clock=clock)
         self._listeners = tuple(listeners)
         self._bulkheads: OrderedDict[Hashable, Bulkhead] = OrderedDict()
-
-    def _options(self) -> object:
-        return self.options
 
     def _bulkhead(self, key: Hashable) -> Bulkhead:
         bulkheads = self._bulkheads
@@ -408,11 +408,7 @@ class Client:
         clock: Clock | None = None,
         listeners: Iterable[Listener] = (),
     ) -> None:
-        if options is None:
-            options = ClientOptions()
-        if not isinstance(options, ClientOptions):
-            raise TypeError(f"options must be ClientOptions, got {options!r}")
-        self.options = options
+        self.options = options = _validate.options(options, ClientOptions)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._metrics = Metrics()
         listeners = [self._metrics, *listeners]

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar, final
+from typing import Any, TypeVar, Unpack, final
 
 from corun.resilience import _validate
-from corun.resilience.clock import Clock
 from corun.resilience.errors import BulkheadFull
-from corun.resilience.events import Listener, Rejected
-from corun.resilience.policy import PolicyBase
+from corun.resilience.events import Rejected
+from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
 
@@ -110,20 +109,12 @@ class Bulkhead(PolicyBase):
 
     kind = "bulkhead"
 
+    options: BulkheadOptions
+
     def __init__(
-        self,
-        options: BulkheadOptions | None = None,
-        *,
-        name: str | None = None,
-        clock: Clock | None = None,
-        listeners: Iterable[Listener] = (),
+        self, options: BulkheadOptions | None = None, **common: Unpack[PolicyArgs]
     ) -> None:
-        if options is None:
-            options = BulkheadOptions()
-        if not isinstance(options, BulkheadOptions):
-            raise TypeError(f"options must be BulkheadOptions, got {options!r}")
-        super().__init__(name=name, clock=clock, listeners=listeners)
-        self.options = options
+        super().__init__(_validate.options(options, BulkheadOptions), **common)
         # Invariant: 0 <= _in_flight <= max_concurrent, and _in_flight counts
         # the slots handed to waiters that have not run yet. _waiters holds
         # the futures of queued calls, oldest first, at most max_queue; a
@@ -134,9 +125,6 @@ class Bulkhead(PolicyBase):
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._admitted = 0
         self._rejected = 0
-
-    def _options(self) -> object:
-        return self.options
 
     async def _acquire(self, key: Hashable) -> None:
         options = self.options
