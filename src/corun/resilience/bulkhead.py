@@ -19,7 +19,6 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar, Unpack, final
 
 from corun.resilience import _validate
@@ -83,12 +82,7 @@ class BulkheadScope:
         self._entered = True
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._bulkhead._release()
 
 

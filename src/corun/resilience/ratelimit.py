@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Final, TypeVar, Unpack, final
 
 from corun.resilience import _validate
@@ -170,12 +169,7 @@ class RateLimiterScope:
         await self._limiter.acquire(key=self._key)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         return None
 
 
