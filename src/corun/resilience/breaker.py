@@ -52,7 +52,7 @@ from typing import Any, ClassVar, Final, TypeAlias, TypeVar, Unpack, final
 from corun.resilience import _validate
 from corun.resilience._window import RollingCounts
 from corun.resilience.errors import BreakerOpen, CallRejected
-from corun.resilience.events import BreakerStateChanged, BreakerStateName, Rejected
+from corun.resilience.events import BreakerStateChanged, BreakerStateName
 from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
@@ -446,13 +446,7 @@ class Breaker(PolicyBase):
         error = BreakerOpen(
             policy=self.name, key=key, state=state.name, now=now, probe_at=state.probe_at()
         )
-        hooks = self.hooks
-        if hooks.rejected:
-            event = Rejected(
-                policy=self.name, key=key, at=now, reason="breaker_open", retry_in=error.retry_in
-            )
-            hooks.emit("rejected", hooks.rejected, event)
-        raise error
+        raise self._refused(error, "breaker_open", now)
 
     def _record(self, key: Hashable, permit: BreakerState, *, failed: bool) -> None:
         if self._circuits.get(key) is not permit:

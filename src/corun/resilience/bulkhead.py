@@ -23,7 +23,6 @@ from typing import Any, TypeVar, Unpack, final
 
 from corun.resilience import _validate
 from corun.resilience.errors import BulkheadFull
-from corun.resilience.events import Rejected
 from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
@@ -128,22 +127,13 @@ class Bulkhead(PolicyBase):
             return
         if len(self._waiters) >= options.max_queue:
             self._rejected += 1
-            hooks = self.hooks
-            if hooks.rejected:
-                event = Rejected(
-                    policy=self.name,
-                    key=key,
-                    at=self.clock.now(),
-                    reason="bulkhead_full",
-                    retry_in=None,
-                )
-                hooks.emit("rejected", hooks.rejected, event)
-            raise BulkheadFull(
+            error = BulkheadFull(
                 policy=self.name,
                 key=key,
                 max_concurrent=options.max_concurrent,
                 max_queue=options.max_queue,
             )
+            raise self._refused(error, "bulkhead_full")
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:

@@ -37,9 +37,10 @@ from typing import (
 
 from corun.resilience.clock import SYSTEM_CLOCK, Clock
 from corun.resilience.errors import CallRejected
-from corun.resilience.events import CallFinished, Hooks, Listener, Outcome
+from corun.resilience.events import CallFinished, Hooks, Listener, Outcome, Rejected, RejectReason
 
 T = TypeVar("T")
+R = TypeVar("R", bound=CallRejected)
 P = ParamSpec("P")
 Ts = TypeVarTuple("Ts")
 
@@ -159,6 +160,23 @@ class PolicyBase:
     def describe(self) -> PolicyDescription:
         """A structured description: kind, name and options."""
         return PolicyDescription(kind=self.kind, name=self._name, options=self.options)
+
+    def _refused(self, error: R, reason: RejectReason, now: float | None = None) -> R:
+        """Report the refusal ``error`` to ``rejected`` listeners; returns it, to be raised.
+
+        ``now`` is the time of the refusal (default: the clock's now).
+        """
+        hooks = self.hooks
+        if hooks.rejected:
+            event = Rejected(
+                policy=self._name,
+                key=error.key,
+                at=self.clock.now() if now is None else now,
+                reason=reason,
+                retry_in=error.retry_in,
+            )
+            hooks.emit("rejected", hooks.rejected, event)
+        return error
 
     async def execute(
         self, fn: Callable[[Unpack[Ts]], Awaitable[T]], /, *args: *Ts, key: Hashable = None

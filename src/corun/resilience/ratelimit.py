@@ -29,7 +29,6 @@ from typing import Any, Final, TypeVar, Unpack, final
 
 from corun.resilience import _validate
 from corun.resilience.errors import RateLimited
-from corun.resilience.events import Rejected
 from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
@@ -240,14 +239,9 @@ class RateLimiter(PolicyBase):
         wait = max(global_wait, key_wait)
         if wait > self.options.max_wait:
             self._rejected += 1
-            hooks = self.hooks
-            if hooks.rejected:
-                event = Rejected(
-                    policy=self.name, key=key, at=now, reason="rate_limited", retry_in=wait
-                )
-                hooks.emit("rejected", hooks.rejected, event)
             scope = "global" if global_wait >= key_wait else "key"
-            raise RateLimited(policy=self.name, key=key, scope=scope, retry_in=wait)
+            error = RateLimited(policy=self.name, key=key, scope=scope, retry_in=wait)
+            raise self._refused(error, "rate_limited", now)
         if global_bucket is not None:
             global_bucket.take(now)
         if key_bucket is not None:
