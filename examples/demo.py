@@ -1,4 +1,7 @@
-"""A plain asyncio program: `make demo` runs it with `corun run examples/demo.py`.
+"""A plain asyncio program; run it on corun with `corun run examples/demo.py`.
+
+(`make demo` is another demo: `corun demo`, the fetcher against a local
+fault-injecting server, in src/corun/fetch/demo.py.)
 
 Nothing here is corun-specific except the report at the end, which shows the
 loop it ran on and what an instrument on corun's seam counted. Run it with

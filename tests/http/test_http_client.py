@@ -19,14 +19,14 @@ from corun.http import (
     ClientOptions,
     ConnectError,
     InvalidURL,
-    Rejected,
+    RejectedError,
     RequestTimeout,
     TLSError,
     TooManyRedirects,
     UnsupportedScheme,
     parse_url,
 )
-from corun.resilience import BreakerOptions, RetryOptions
+from corun.resilience import BreakerOptions, RateLimiterOptions, RetryOptions
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -190,7 +190,7 @@ def test_breaker_opens_per_host(loop: asyncio.AbstractEventLoop) -> None:
         async with serve(faults) as bad, serve() as good, Client(options) as client:
             for _ in range(3):
                 assert (await client.request("GET", f"{bad}/down")).status == 500
-            with pytest.raises(Rejected) as info:
+            with pytest.raises(RejectedError) as info:
                 await client.request("GET", f"{bad}/down")
             assert info.value.kind == "breaker_open" and info.value.attempts == 0
             assert faults.hits["down"] == 3
@@ -235,5 +235,36 @@ def test_per_host_concurrency(loop: asyncio.AbstractEventLoop) -> None:
             )
             assert all(r.status == 200 for r in results)
             assert time.monotonic() - started >= 0.2  # two waves of two
+
+    run(loop, main())
+
+
+def test_metrics_time_the_total_and_the_retry_and_count_the_host_policies(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    async def main() -> None:
+        faults = Faults()
+        options = ClientOptions(
+            retry=FAST_RETRY,
+            breaker=BreakerOptions(consecutive_failures=2, open_duration=60),
+            per_host_concurrency=2,
+            rate=RateLimiterOptions(per_key_rate=1000),
+        )
+        async with serve(faults) as base, serve() as other, Client(options) as client:
+            with pytest.raises(RejectedError):  # 503, 503 (the breaker opens), refused
+                await client.request("GET", f"{base}/flaky?fail=99&tag=m")
+            await client.request("POST", f"{other}/ok")  # not retried: no retry events
+            metrics = client.statistics().metrics
+            assert {policy for policy, name in metrics.counters if name.startswith("calls.")} == {
+                "total",
+                "retry",
+            }
+            assert metrics.count("total", "calls.rejected") == 1
+            assert metrics.count("total", "calls.success") == 1
+            assert metrics.count("retry", "calls.rejected") == 1
+            assert metrics.count("retry", "retries") == 2
+            assert metrics.count("breaker", "state.open") == 1
+            assert metrics.count("breaker", "rejected.breaker_open") == 1
+            assert set(metrics.latency) == {"total"}  # the retry ended rejected: no latency
 
     run(loop, main())

@@ -239,3 +239,28 @@ def test_attempt_timeout_is_retryable_by_default(run, clock: MockClock) -> None:
     with pytest.raises(AttemptTimeout):
         run(Pipeline(retry, Timeout(TimeoutOptions(1.0), clock=clock)).execute(clock.sleep, 5))
     assert retry.statistics().attempts == 2
+
+
+def test_untimed_policies_report_their_other_events_only(run, clock: MockClock) -> None:
+    recorder = EventRecorder()
+    retry = Retry(RetryOptions(max_attempts=2, initial_delay=1), clock=clock, listeners=[recorder])
+    bulkhead = Bulkhead(clock=clock, listeners=[recorder])
+    pipeline = Pipeline(retry, bulkhead, clock=clock, listeners=[recorder], time_policies=False)
+    run(pipeline.execute(Flaky(clock, failures=1), key="host"))
+    assert [e.policy for e in recorder.of_type(CallFinished)] == ["pipeline"]
+    assert len(recorder.of_type(RetryScheduled)) == 1
+    # The same policies, run by themselves, still time their calls.
+    recorder.clear()
+    run(bulkhead.execute(Flaky(clock)))
+    assert [e.policy for e in recorder.of_type(CallFinished)] == ["bulkhead"]
+
+
+def test_one_policy_may_sit_in_several_pipelines(run, clock: MockClock) -> None:
+    log: list[str] = []
+    shared = Tracing("shared", log)
+    with_retry = Pipeline(Retry(RetryOptions(max_attempts=2, initial_delay=0), clock=clock), shared)
+    without = Pipeline(shared)
+    run(with_retry.execute(Flaky(clock, failures=1)))
+    with pytest.raises(Boom):
+        run(without.execute(Flaky(clock, failures=1)))
+    assert log == ["enter shared None", "exit shared"] * 3

@@ -78,10 +78,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         summary = corun.run(run_fetch(options, handle_signals=True))
-    except JournalMismatch as exc:
-        print(f"corun fetch: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
+    except (JournalMismatch, OSError) as exc:
         print(f"corun fetch: {exc}", file=sys.stderr)
         return 1
     print(summary.render(), file=sys.stderr)

@@ -39,7 +39,6 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from types import TracebackType
 from typing import Final
 
 from aiohttp import web
@@ -151,12 +150,7 @@ class DemoServer:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def start(self) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from corun.fetch.input import BadInput, FetchRequest, count_lines, read_requests
 from corun.fetch.journal import FLUSH_SECONDS, Journal, fingerprint, journal_path
-from corun.fetch.output import write_output
+from corun.fetch.output import output_record, write_output
 from corun.fetch.progress import ProgressBar, ProgressState
 from corun.fetch.summary import Summary, summarize
 from corun.http import DEFAULT_MAX_BODY, Client, ClientOptions, HttpError
@@ -297,7 +297,7 @@ async def _work(
         if item is None:
             return
         if isinstance(item, BadInput):
-            record = _bad_record(item)
+            record = output_record(item, error=item.error, kind=item.kind)
         else:
             record = await _fetch(run, client, item)
         run.record(item.line, record)
@@ -339,22 +339,6 @@ class _Display:
             bar.update(state, run.fetched / elapsed)
 
 
-def _bad_record(item: BadInput) -> dict[str, Any]:
-    return {
-        "line": item.line,
-        "id": item.id,
-        "url": item.url,
-        "method": None,
-        "status": None,
-        "error": item.error,
-        "error_kind": item.kind,
-        "attempts": 0,
-        "elapsed_ms": 0.0,
-        "body": None,
-        "body_base64": False,
-    }
-
-
 async def _fetch(run: _Run, client: Client, item: FetchRequest) -> dict[str, Any]:
     started = time.monotonic()
     try:
@@ -365,11 +349,11 @@ async def _fetch(run: _Run, client: Client, item: FetchRequest) -> dict[str, Any
             body=item.body,
         )
     except HttpError as exc:
-        record = _record(item, None, str(exc), exc.kind, exc.attempts)
+        record = output_record(item, error=str(exc), kind=exc.kind, attempts=exc.attempts)
     except Exception as exc:  # a bug must not lose the line: it becomes its error
-        record = _record(item, None, f"internal error: {exc!r}", "internal", 0)
+        record = output_record(item, error=f"internal error: {exc!r}", kind="internal")
     else:
-        record = _record(item, response.status, None, None, response.attempts)
+        record = output_record(item, status=response.status, attempts=response.attempts)
         record["final_url"] = response.url
         record["content_type"] = response.headers.get("Content-Type")
         body = response.body
@@ -383,25 +367,6 @@ async def _fetch(run: _Run, client: Client, item: FetchRequest) -> dict[str, Any
                 record["body_base64"] = True
     record["elapsed_ms"] = round((time.monotonic() - started) * 1000.0, 3)
     return record
-
-
-def _record(
-    item: FetchRequest, status: int | None, error: str | None, kind: str | None, attempts: int
-) -> dict[str, Any]:
-    """An output record without its body; the keys in output order."""
-    return {
-        "line": item.line,
-        "id": item.id,
-        "url": item.url,
-        "method": item.method,
-        "status": status,
-        "error": error,
-        "error_kind": kind,
-        "attempts": attempts,
-        "elapsed_ms": 0.0,
-        "body": None,
-        "body_base64": False,
-    }
 
 
 def _save_body(directory: str, line: int, body: bytes) -> str:

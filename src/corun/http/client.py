@@ -1,15 +1,16 @@
 """``Client``: a resilient HTTP client on ``aiohttp.ClientSession``.
 
-One call of ``Client.request`` runs through these layers, outermost first
-(the order ``docs/resilience.md`` recommends)::
+One call of ``Client.request`` runs through a ``corun.resilience.Pipeline``
+of these policies, outermost first (the order ``docs/resilience.md``
+recommends), linked once when the client is made::
 
     total timeout ─▶ retry (+ budget) ─▶ rate limiter[host] ─▶ breaker[host]
                   ─▶ bulkhead[host] ─▶ one aiohttp request (connect/read timeouts,
                                         redirects, body cap)
 
 * The innermost attempt turns aiohttp's exceptions into ``corun.http``'s
-  (``ConnectError``, ``TLSError``, ``RequestTimeout``, ``BodyTooLarge``,
-  ``TooManyRedirects``, ``ProtocolError``), so every policy above sees one
+  (by one table, ``_ERRORS``): ``ConnectError``, ``TLSError``, ``RequestTimeout``, ``BodyTooLarge``,
+  ``TooManyRedirects``, ``ProtocolError``, so every policy above sees one
   vocabulary: the retry policy retries ``ConnectError`` (not ``TLSError``: a
   bad certificate does not get better) and ``RequestTimeout``, and the
   breaker counts those and 5xx responses as failures of the host.
@@ -20,7 +21,7 @@ One call of ``Client.request`` runs through these layers, outermost first
 * Only idempotent methods are retried unless ``retry_non_idempotent`` (or
   ``request(..., idempotent=True)``) says otherwise.
 * A policy refusal (``BreakerOpen``, ``RateLimited``, ``BulkheadFull``)
-  becomes ``Rejected``; the total timeout becomes ``RequestTimeout``.
+  becomes ``RejectedError``; the total timeout becomes ``RequestTimeout``.
 
 Keys: the breaker, the rate limiter and the bulkhead are keyed by
 ``host:port`` (``host_key``), so two servers on one machine are two hosts.
@@ -33,10 +34,9 @@ import re
 import ssl
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, final
+from typing import Any, Final, TypeAlias, TypeVar, final
 
 import aiohttp
 from yarl import URL
@@ -47,7 +47,7 @@ from corun.http.errors import (
     HttpError,
     InvalidURL,
     ProtocolError,
-    Rejected,
+    RejectedError,
     RequestTimeout,
     TLSError,
     TooManyRedirects,
@@ -67,6 +67,9 @@ from corun.resilience import (
     Metrics,
     MetricsStatistics,
     OverallTimeout,
+    Pipeline,
+    Policy,
+    PolicyBase,
     RateLimited,
     RateLimiter,
     Retry,
@@ -75,6 +78,7 @@ from corun.resilience import (
     SystemClock,
     Timeout,
     TimeoutOptions,
+    _validate,
     retry_after_delay,
 )
 
@@ -87,6 +91,8 @@ _DEFAULT_RETRY_ON: Final = RetryOptions().retry_on
 _DEFAULT_FAILURE_ON: Final = BreakerOptions().failure_on
 #: Whitespace and control characters (all of them are <= 0x20), refused in a URL.
 _BAD_URL_CHARS: Final = re.compile(r"[\x00-\x20]")
+
+T = TypeVar("T")
 
 
 def parse_url(url: str) -> URL:
@@ -186,6 +192,9 @@ class ClientStatistics:
     metrics: MetricsStatistics
 
 
+E = TypeVar("E", bound=HttpError)
+
+
 @final
 class _Call:
     """One call's request and its attempt count (shared by its attempts)."""
@@ -208,6 +217,16 @@ class _Call:
         self.body = body
         self.attempts = 0
 
+    def error(self, cls: type[E], detail: str, **extra: Any) -> E:
+        """A ``cls`` error about this call: ``"METHOD URL: detail"``, with its context."""
+        return cls(
+            f"{self.method} {self.raw_url}: {detail}",
+            method=self.method,
+            url=self.raw_url,
+            attempts=self.attempts,
+            **extra,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _Reply:
@@ -223,6 +242,146 @@ def _is_retry_status(reply: object) -> bool:
 
 def _is_server_failure(reply: object) -> bool:
     return isinstance(reply, _Reply) and reply.status >= 500
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+#: aiohttp >= 3.10 has ConnectionTimeoutError; older ones raise
+#: ServerTimeoutError for both, so those are reported as read timeouts.
+_CONNECT_TIMEOUTS: Final[tuple[type[BaseException], ...]] = tuple(
+    kind
+    for kind in (getattr(aiohttp, "ConnectionTimeoutError", None),)
+    if isinstance(kind, type) and issubclass(kind, BaseException)
+)
+
+#: How the detail of an error message is worded, from the exception raised.
+_Detail: TypeAlias = Callable[[BaseException, _Call, ClientOptions], str]
+
+#: What an exception raised under a request becomes (as httpcore's
+#: ``map_exceptions``): the first row whose types match wins, so the order
+#: matters (``ClientSSLError`` is a ``ClientConnectionError``, ``ssl.SSLError``
+#: an ``OSError``, and aiohttp's timeouts are connection errors too).
+#: Applied to each attempt, so that the policies see corun.http's errors, and
+#: to the whole call, for the refusals and the total timeout around it.
+_ERRORS: Final[tuple[tuple[tuple[type[BaseException], ...], type[HttpError], _Detail], ...]] = (
+    (
+        (OverallTimeout,),
+        RequestTimeout,
+        lambda exc, call, options: (
+            f"total timeout of {options.total_timeout:g} s "
+            f"after {_plural(call.attempts, 'attempt')}"
+        ),
+    ),
+    ((CallRejected,), RejectedError, lambda exc, call, options: str(exc)),
+    (
+        (aiohttp.TooManyRedirects,),
+        TooManyRedirects,
+        lambda exc, call, options: f"more than {options.max_redirects} redirects",
+    ),
+    (
+        _CONNECT_TIMEOUTS,
+        RequestTimeout,
+        lambda exc, call, options: f"connect timeout of {options.connect_timeout:g} s",
+    ),
+    (
+        (TimeoutError,),
+        RequestTimeout,
+        lambda exc, call, options: f"read timeout of {options.read_timeout:g} s",
+    ),
+    (
+        (aiohttp.ClientSSLError, ssl.SSLError),
+        TLSError,
+        lambda exc, call, options: f"TLS failed: {_reason(exc)}",
+    ),
+    (
+        (aiohttp.InvalidURL,),
+        InvalidURL,
+        lambda exc, call, options: f"invalid URL: {_reason(exc)}",
+    ),
+    (
+        (aiohttp.ClientConnectionError, OSError),
+        ConnectError,
+        lambda exc, call, options: f"connection failed: {_reason(exc)}",
+    ),
+    (
+        (aiohttp.ClientError,),
+        ProtocolError,
+        lambda exc, call, options: f"bad response: {_reason(exc)}",
+    ),
+)
+
+#: ``RejectedError.kind`` for each refusal of a policy.
+_REJECTIONS: Final[tuple[tuple[type[CallRejected], str], ...]] = (
+    (BreakerOpen, "breaker_open"),
+    (RateLimited, "rate_limited"),
+    (BulkheadFull, "bulkhead_full"),
+)
+
+
+def _http_error(exc: Exception, call: _Call, options: ClientOptions) -> HttpError | None:
+    """``exc`` as a corun.http error (``exc`` itself if it is one); None: let it through."""
+    if isinstance(exc, HttpError):
+        exc.attempts = call.attempts
+        return exc
+    for raised, cls, detail in _ERRORS:
+        if isinstance(exc, raised):
+            if isinstance(exc, CallRejected):
+                kind = next((k for t, k in _REJECTIONS if isinstance(exc, t)), "rejected")
+                return call.error(cls, detail(exc, call, options), kind=kind, retry_in=exc.retry_in)
+            return call.error(cls, detail(exc, call, options))
+    return None
+
+
+@final
+class _PerHostBulkhead(PolicyBase):
+    """A ``Bulkhead`` per key (host), made on first use.
+
+    At most ``_MAX_BULKHEADS`` are kept, least recently used first; one is
+    dropped only while nothing is in flight or queued on it.
+    """
+
+    kind = "bulkhead"
+
+    options: BulkheadOptions
+
+    def __init__(self, limit: int, *, clock: Clock, listeners: Iterable[Listener]) -> None:
+        options = BulkheadOptions(max_concurrent=limit, max_queue=1_000_000)
+        super().__init__(options, name="per_host", clock=clock)
+        self._listeners = tuple(listeners)
+        self._bulkheads: OrderedDict[Hashable, Bulkhead] = OrderedDict()
+
+    def _bulkhead(self, key: Hashable) -> Bulkhead:
+        bulkheads = self._bulkheads
+        bulkhead = bulkheads.get(key)
+        if bulkhead is not None:
+            bulkheads.move_to_end(key)
+            return bulkhead
+        if len(bulkheads) >= _MAX_BULKHEADS:
+            for name, old in list(bulkheads.items()):
+                stats = old.statistics()
+                if stats.in_flight == 0 and stats.queued == 0:
+                    del bulkheads[name]
+                    break
+        bulkhead = Bulkhead(
+            self.options, name=self.name, clock=self.clock, listeners=self._listeners
+        )
+        bulkheads[key] = bulkhead
+        return bulkhead
+
+    async def _run(
+        self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], key: Hashable
+    ) -> T:
+        # The bulkhead's scope, not its execute(): the client's host policies
+        # report no call_finished of their own.
+        async with self._bulkhead(key).scope(key=key):
+            return await fn(*args)
 
 
 class Client:
@@ -248,11 +407,7 @@ class Client:
         clock: Clock | None = None,
         listeners: Iterable[Listener] = (),
     ) -> None:
-        if options is None:
-            options = ClientOptions()
-        if not isinstance(options, ClientOptions):
-            raise TypeError(f"options must be ClientOptions, got {options!r}")
-        self.options = options
+        self.options = options = _validate.options(options, ClientOptions)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._metrics = Metrics()
         listeners = [self._metrics, *listeners]
@@ -263,7 +418,7 @@ class Client:
         self._attempts = 0
         self._errors = 0
         clock_ = self.clock
-        self._total = Timeout(
+        total = Timeout(
             TimeoutOptions(options.total_timeout, overall=True),
             name="total",
             clock=clock_,
@@ -281,11 +436,6 @@ class Client:
                 clock=clock_,
                 listeners=listeners,
             )
-        self._limiter: RateLimiter | None = None
-        if options.rate is not None:
-            self._limiter = RateLimiter(
-                options.rate, name="rate", clock=clock_, listeners=listeners
-            )
         self._breaker: Breaker | None = None
         if options.breaker is not None:
             breaker_options = options.breaker
@@ -293,13 +443,34 @@ class Client:
                 breaker_options = dataclasses.replace(
                     breaker_options, failure_on=(ConnectError, RequestTimeout, ProtocolError)
                 )
+            breaker_options = dataclasses.replace(
+                breaker_options, failure_on_result=_is_server_failure
+            )
             self._breaker = Breaker(
                 breaker_options, name="breaker", clock=clock_, listeners=listeners
             )
-        self._listeners = listeners
-        # Invariant: at most _MAX_BULKHEADS entries, least recently used first;
-        # an entry is dropped only while nothing is in flight or queued on it.
-        self._bulkheads: OrderedDict[str, Bulkhead] = OrderedDict()
+        host_policies: list[Policy] = []
+        if options.rate is not None:
+            host_policies.append(
+                RateLimiter(options.rate, name="rate", clock=clock_, listeners=listeners)
+            )
+        if self._breaker is not None:
+            host_policies.append(self._breaker)
+        if options.per_host_concurrency is not None:
+            host_policies.append(
+                _PerHostBulkhead(options.per_host_concurrency, clock=clock_, listeners=listeners)
+            )
+        # Every request runs through one of two pipelines, linked here once
+        # and sharing their policies: with the retry, or without it (methods
+        # that are not idempotent). The host policies report no call_finished
+        # (time_policies=False): only the total and the retry are timed.
+        inner: tuple[Policy, ...] = ()
+        if host_policies:
+            inner = (Pipeline(*host_policies, name="host", time_policies=False),)
+        self._once = Pipeline(total, *inner, name="request")
+        self._retried = self._once
+        if self._retry is not None:
+            self._retried = Pipeline(total, self._retry, *inner, name="request")
 
     def _retry_options(self, retry: RetryOptions) -> RetryOptions:
         changes: dict[str, Any] = {}
@@ -351,12 +522,7 @@ class Client:
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -400,7 +566,7 @@ class Client:
             BodyTooLarge: the body is over ``max_body_bytes``.
             TooManyRedirects: more than ``max_redirects`` redirects.
             ProtocolError: the response was not valid HTTP.
-            Rejected: the host's breaker is open, or a rate limit or
+            RejectedError: the host's breaker is open, or a rate limit or
                 bulkhead refused.
         """
         session = self._session
@@ -421,24 +587,17 @@ class Client:
         started = clock.now()
         self._requests += 1
         self._in_flight += 1
+        pipeline = self._retried if retryable else self._once
         try:
-            reply = await self._total.execute(self._retried, call, retryable)
-        except OverallTimeout as exc:
+            reply = await pipeline.execute(self._attempt, call, key=call.host)
+        except Exception as exc:
+            error = _http_error(exc, call, self.options)
+            if error is None:
+                raise
             self._errors += 1
-            raise RequestTimeout(
-                f"{method} {url}: total timeout of {self.options.total_timeout:g} s "
-                f"after {call.attempts} attempt{'s' if call.attempts != 1 else ''}",
-                method=method,
-                url=url,
-                attempts=call.attempts,
-            ) from exc
-        except CallRejected as exc:
-            self._errors += 1
-            raise _rejected(exc, call) from exc
-        except HttpError as exc:
-            self._errors += 1
-            exc.attempts = call.attempts
-            raise
+            if error is exc:
+                raise
+            raise error from exc
         finally:
             self._in_flight -= 1
         return Response(
@@ -450,58 +609,6 @@ class Client:
             elapsed=clock.now() - started,
         )
 
-    async def _retried(self, call: _Call, retryable: bool) -> _Reply:
-        if self._retry is None or not retryable:
-            return await self._guarded(call)
-        return await self._retry.execute(self._guarded, call, key=call.host)
-
-    async def _guarded(self, call: _Call) -> _Reply:
-        # The breaker and the bulkhead in one coroutine: one frame less to
-        # resume at every suspension of the request.
-        if self._limiter is not None:
-            await self._limiter.acquire(key=call.host)
-        breaker = self._breaker
-        if breaker is None:
-            return await self._bulkheaded(call)
-        async with breaker.scope(key=call.host) as scope:
-            limit = self.options.per_host_concurrency
-            if limit is None:
-                reply = await self._attempt(call)
-            else:
-                async with self._bulkhead(call.host, limit).scope(key=call.host):
-                    reply = await self._attempt(call)
-            if _is_server_failure(reply):
-                scope.mark_failed()
-            return reply
-
-    async def _bulkheaded(self, call: _Call) -> _Reply:
-        limit = self.options.per_host_concurrency
-        if limit is None:
-            return await self._attempt(call)
-        async with self._bulkhead(call.host, limit).scope(key=call.host):
-            return await self._attempt(call)
-
-    def _bulkhead(self, host: str, limit: int) -> Bulkhead:
-        bulkheads = self._bulkheads
-        bulkhead = bulkheads.get(host)
-        if bulkhead is not None:
-            bulkheads.move_to_end(host)
-            return bulkhead
-        if len(bulkheads) >= _MAX_BULKHEADS:
-            for name, old in list(bulkheads.items()):
-                stats = old.statistics()
-                if stats.in_flight == 0 and stats.queued == 0:
-                    del bulkheads[name]
-                    break
-        bulkhead = Bulkhead(
-            BulkheadOptions(max_concurrent=limit, max_queue=1_000_000),
-            name="per_host",
-            clock=self.clock,
-            listeners=self._listeners,
-        )
-        bulkheads[host] = bulkhead
-        return bulkhead
-
     async def _attempt(self, call: _Call) -> _Reply:
         """One request on the wire, with aiohttp's exceptions turned into ours."""
         session = self._session
@@ -510,7 +617,6 @@ class Client:
         call.attempts += 1
         self._attempts += 1
         options = self.options
-        prefix = f"{call.method} {call.raw_url}"
         try:
             async with session.request(
                 call.method,
@@ -523,23 +629,15 @@ class Client:
                 cap = options.max_body_bytes
                 length = response.content_length
                 if length is not None and length > cap and call.method != "HEAD":
-                    raise BodyTooLarge(
-                        f"{prefix}: body of {length} bytes is over the cap of {cap} bytes",
-                        method=call.method,
-                        url=call.raw_url,
-                        attempts=call.attempts,
+                    raise call.error(
+                        BodyTooLarge, f"body of {length} bytes is over the cap of {cap} bytes"
                     )
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in response.content.iter_chunked(_CHUNK):
                     size += len(chunk)
                     if size > cap:
-                        raise BodyTooLarge(
-                            f"{prefix}: body is over the cap of {cap} bytes",
-                            method=call.method,
-                            url=call.raw_url,
-                            attempts=call.attempts,
-                        )
+                        raise call.error(BodyTooLarge, f"body is over the cap of {cap} bytes")
                     chunks.append(chunk)
                 return _Reply(
                     status=response.status,
@@ -547,47 +645,11 @@ class Client:
                     body=b"".join(chunks),
                     url=str(response.url),
                 )
-        except HttpError:
-            raise
-        except aiohttp.TooManyRedirects as exc:
-            raise TooManyRedirects(
-                f"{prefix}: more than {options.max_redirects} redirects",
-                method=call.method,
-                url=call.raw_url,
-                attempts=call.attempts,
-            ) from exc
-        except TimeoutError as exc:  # aiohttp's ServerTimeoutError and ConnectionTimeoutError too
-            what = "connect" if isinstance(exc, _connect_timeout_types()) else "read"
-            limit = options.connect_timeout if what == "connect" else options.read_timeout
-            raise RequestTimeout(
-                f"{prefix}: {what} timeout of {limit:g} s",
-                method=call.method,
-                url=call.raw_url,
-                attempts=call.attempts,
-            ) from exc
-        except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
-            raise TLSError(
-                f"{prefix}: TLS failed: {_reason(exc)}",
-                method=call.method,
-                url=call.raw_url,
-                attempts=call.attempts,
-            ) from exc
-        except aiohttp.InvalidURL as exc:
-            raise _invalid_redirect(exc, prefix, call) from exc
-        except (aiohttp.ClientConnectionError, OSError) as exc:
-            raise ConnectError(
-                f"{prefix}: connection failed: {_reason(exc)}",
-                method=call.method,
-                url=call.raw_url,
-                attempts=call.attempts,
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise ProtocolError(
-                f"{prefix}: bad response: {_reason(exc)}",
-                method=call.method,
-                url=call.raw_url,
-                attempts=call.attempts,
-            ) from exc
+        except Exception as exc:
+            error = _http_error(exc, call, options)
+            if error is None or error is exc:
+                raise
+            raise error from exc
 
     # ---- introspection
 
@@ -621,56 +683,6 @@ class Client:
         if "://" in url_or_host:
             key = host_key(parse_url(url_or_host))
         return self._breaker.state(key)
-
-
-def _connect_timeout_types() -> tuple[type[BaseException], ...]:
-    # aiohttp >= 3.10 has ConnectionTimeoutError; older ones raise
-    # ServerTimeoutError for both, so those are reported as read timeouts.
-    kind = getattr(aiohttp, "ConnectionTimeoutError", None)
-    return (kind,) if isinstance(kind, type) else ()
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _invalid_redirect(exc: aiohttp.InvalidURL, prefix: str, call: _Call) -> HttpError:
-    # aiohttp >= 3.10 raises InvalidUrlRedirectClientError /
-    # NonHttpUrlRedirectClientError for a bad Location.
-    text = _reason(exc)
-    if "NonHttpUrl" in type(exc).__name__:
-        return UnsupportedScheme(
-            f"{prefix}: redirect to a non-HTTP URL: {text}",
-            method=call.method,
-            url=call.raw_url,
-            attempts=call.attempts,
-        )
-    return InvalidURL(
-        f"{prefix}: invalid URL: {text}",
-        method=call.method,
-        url=call.raw_url,
-        attempts=call.attempts,
-    )
-
-
-def _rejected(exc: CallRejected, call: _Call) -> Rejected:
-    if isinstance(exc, BreakerOpen):
-        kind = "breaker_open"
-    elif isinstance(exc, RateLimited):
-        kind = "rate_limited"
-    elif isinstance(exc, BulkheadFull):
-        kind = "bulkhead_full"
-    else:
-        kind = "rejected"
-    return Rejected(
-        f"{call.method} {call.raw_url}: {exc}",
-        kind=kind,
-        retry_in=exc.retry_in,
-        method=call.method,
-        url=call.raw_url,
-        attempts=call.attempts,
-    )
 
 
 __all__ = ["Client", "ClientStatistics", "Response", "host_key", "parse_url"]

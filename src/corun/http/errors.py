@@ -80,7 +80,7 @@ class ProtocolError(HttpError):
     kind = "protocol"
 
 
-class Rejected(HttpError):
+class RejectedError(HttpError):
     """A client policy refused the call without sending it (or without retrying it).
 
     ``kind`` is ``"breaker_open"``, ``"rate_limited"`` or ``"bulkhead_full"``;

@@ -8,7 +8,9 @@ field's name, not a breaker that never closes or a queue that eats the heap.
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import Final, TypeVar
+
+Opts = TypeVar("Opts")
 
 #: The longest duration any option accepts: one day.
 MAX_SECONDS: Final = 86_400.0
@@ -68,4 +70,13 @@ def exception_types(owner: str, field: str, value: object) -> tuple[type[BaseExc
             f"{owner}.{field} must be an exception class, a tuple of them, or a predicate; "
             f"got {value!r}"
         )
+    return value
+
+
+def options(value: object, cls: type[Opts], *, required: bool = False) -> Opts:
+    """``value``, checked to be a ``cls``; None gives the defaults, ``cls()``, unless ``required``."""
+    if value is None and not required:
+        return cls()
+    if not isinstance(value, cls):
+        raise TypeError(f"options must be {cls.__name__}, got {value!r}")
     return value

@@ -44,17 +44,16 @@ opened since.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Final, TypeAlias, TypeVar, final
+from typing import Any, ClassVar, Final, TypeAlias, TypeVar, Unpack, final
 
 from corun.resilience import _validate
 from corun.resilience._window import RollingCounts
-from corun.resilience.clock import Clock
 from corun.resilience.errors import BreakerOpen, CallRejected
-from corun.resilience.events import BreakerStateChanged, BreakerStateName, Listener, Rejected
-from corun.resilience.policy import PolicyBase
+from corun.resilience.events import BreakerStateChanged, BreakerStateName
+from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
 
@@ -388,20 +387,10 @@ class Breaker(PolicyBase):
 
     kind = "breaker"
 
-    def __init__(
-        self,
-        options: BreakerOptions | None = None,
-        *,
-        name: str | None = None,
-        clock: Clock | None = None,
-        listeners: Iterable[Listener] = (),
-    ) -> None:
-        if options is None:
-            options = BreakerOptions()
-        if not isinstance(options, BreakerOptions):
-            raise TypeError(f"options must be BreakerOptions, got {options!r}")
-        super().__init__(name=name, clock=clock, listeners=listeners)
-        self.options = options
+    options: BreakerOptions
+
+    def __init__(self, options: BreakerOptions | None = None, **common: Unpack[PolicyArgs]) -> None:
+        super().__init__(_validate.options(options, BreakerOptions), **common)
         # Invariant: _circuits maps each known key to its current state, in
         # least-recently-used-first order, with at most options.max_keys
         # entries. A key without an entry is closed with empty counts.
@@ -409,9 +398,6 @@ class Breaker(PolicyBase):
         self._calls = 0
         self._rejected = 0
         self._opened = 0
-
-    def _options(self) -> object:
-        return self.options
 
     # ---- the state machine driver
 
@@ -460,13 +446,7 @@ class Breaker(PolicyBase):
         error = BreakerOpen(
             policy=self.name, key=key, state=state.name, now=now, probe_at=state.probe_at()
         )
-        hooks = self.hooks
-        if hooks.rejected:
-            event = Rejected(
-                policy=self.name, key=key, at=now, reason="breaker_open", retry_in=error.retry_in
-            )
-            hooks.emit("rejected", hooks.rejected, event)
-        raise error
+        raise self._refused(error, "breaker_open", now)
 
     def _record(self, key: Hashable, permit: BreakerState, *, failed: bool) -> None:
         if self._circuits.get(key) is not permit:

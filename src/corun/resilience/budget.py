@@ -110,11 +110,7 @@ class RetryBudget:
         name: str = "retry_budget",
         clock: Clock | None = None,
     ) -> None:
-        if options is None:
-            options = RetryBudgetOptions()
-        if not isinstance(options, RetryBudgetOptions):
-            raise TypeError(f"options must be RetryBudgetOptions, got {options!r}")
-        self.options = options
+        self.options = options = _validate.options(options, RetryBudgetOptions)
         self.name = name
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         # Invariant: _counts holds (requests, retries) of the window; the

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, TypeVar, final
+from typing import Any, TypeVar, Unpack, final
 
 from corun.resilience import _validate
-from corun.resilience.clock import Clock
 from corun.resilience.errors import BulkheadFull
-from corun.resilience.events import Listener, Rejected
-from corun.resilience.policy import PolicyBase
+from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
 
@@ -84,12 +81,7 @@ class BulkheadScope:
         self._entered = True
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._bulkhead._release()
 
 
@@ -110,20 +102,12 @@ class Bulkhead(PolicyBase):
 
     kind = "bulkhead"
 
+    options: BulkheadOptions
+
     def __init__(
-        self,
-        options: BulkheadOptions | None = None,
-        *,
-        name: str | None = None,
-        clock: Clock | None = None,
-        listeners: Iterable[Listener] = (),
+        self, options: BulkheadOptions | None = None, **common: Unpack[PolicyArgs]
     ) -> None:
-        if options is None:
-            options = BulkheadOptions()
-        if not isinstance(options, BulkheadOptions):
-            raise TypeError(f"options must be BulkheadOptions, got {options!r}")
-        super().__init__(name=name, clock=clock, listeners=listeners)
-        self.options = options
+        super().__init__(_validate.options(options, BulkheadOptions), **common)
         # Invariant: 0 <= _in_flight <= max_concurrent, and _in_flight counts
         # the slots handed to waiters that have not run yet. _waiters holds
         # the futures of queued calls, oldest first, at most max_queue; a
@@ -135,9 +119,6 @@ class Bulkhead(PolicyBase):
         self._admitted = 0
         self._rejected = 0
 
-    def _options(self) -> object:
-        return self.options
-
     async def _acquire(self, key: Hashable) -> None:
         options = self.options
         if self._in_flight < options.max_concurrent:
@@ -146,22 +127,13 @@ class Bulkhead(PolicyBase):
             return
         if len(self._waiters) >= options.max_queue:
             self._rejected += 1
-            hooks = self.hooks
-            if hooks.rejected:
-                event = Rejected(
-                    policy=self.name,
-                    key=key,
-                    at=self.clock.now(),
-                    reason="bulkhead_full",
-                    retry_in=None,
-                )
-                hooks.emit("rejected", hooks.rejected, event)
-            raise BulkheadFull(
+            error = BulkheadFull(
                 policy=self.name,
                 key=key,
                 max_concurrent=options.max_concurrent,
                 max_queue=options.max_queue,
             )
+            raise self._refused(error, "bulkhead_full")
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:

@@ -136,8 +136,8 @@ class RetryBudgetExhausted(CallRejected):
         )
 
 
-class AttemptTimeout(ResilienceError, TimeoutError):
-    """One attempt took longer than its timeout and was cancelled.
+class _PolicyTimeout(ResilienceError, TimeoutError):
+    """A timeout policy's ``TimeoutError``: what timed out, where, and the limit.
 
     Attributes:
         policy: the name of the timeout policy.
@@ -145,24 +145,22 @@ class AttemptTimeout(ResilienceError, TimeoutError):
         timeout: the limit, in seconds.
     """
 
+    what: str
+
     def __init__(self, *, policy: str, key: Hashable, timeout: float) -> None:
-        super().__init__(f"attempt timed out after {timeout:g} s ({_where(policy, key)})")
+        super().__init__(f"{self.what} timed out after {timeout:g} s ({_where(policy, key)})")
         self.policy = policy
         self.key = key
         self.timeout = timeout
 
 
-class OverallTimeout(ResilienceError, TimeoutError):
-    """The whole operation, retries included, took longer than its timeout.
+class AttemptTimeout(_PolicyTimeout):
+    """One attempt took longer than its timeout and was cancelled."""
 
-    Attributes:
-        policy: the name of the timeout policy.
-        key: the key of the call.
-        timeout: the limit, in seconds.
-    """
+    what = "attempt"
 
-    def __init__(self, *, policy: str, key: Hashable, timeout: float) -> None:
-        super().__init__(f"operation timed out after {timeout:g} s ({_where(policy, key)})")
-        self.policy = policy
-        self.key = key
-        self.timeout = timeout
+
+class OverallTimeout(_PolicyTimeout):
+    """The whole operation, retries included, took longer than its timeout."""
+
+    what = "operation"

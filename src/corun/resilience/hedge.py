@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, final
+from typing import Any, Generic, TypeVar, Unpack, final
 
 from corun.resilience import _validate
-from corun.resilience.clock import Clock
-from corun.resilience.events import HedgeLaunched, Listener
+from corun.resilience.events import HedgeLaunched
 from corun.resilience.metrics import WindowedHistogram
-from corun.resilience.policy import PolicyBase
+from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
 
@@ -138,27 +137,14 @@ class Hedge(PolicyBase):
 
     kind = "hedge"
 
-    def __init__(
-        self,
-        options: HedgeOptions | None = None,
-        *,
-        name: str | None = None,
-        clock: Clock | None = None,
-        listeners: Iterable[Listener] = (),
-    ) -> None:
-        if options is None:
-            options = HedgeOptions()
-        if not isinstance(options, HedgeOptions):
-            raise TypeError(f"options must be HedgeOptions, got {options!r}")
-        super().__init__(name=name, clock=clock, listeners=listeners)
-        self.options = options
-        self._latency = WindowedHistogram(options.window)
+    options: HedgeOptions
+
+    def __init__(self, options: HedgeOptions | None = None, **common: Unpack[PolicyArgs]) -> None:
+        super().__init__(_validate.options(options, HedgeOptions), **common)
+        self._latency = WindowedHistogram(self.options.window)
         self._calls = 0
         self._hedges = 0
         self._hedge_wins = 0
-
-    def _options(self) -> object:
-        return self.options
 
     def delay(self) -> float:
         """The hedging delay a call started now would use."""

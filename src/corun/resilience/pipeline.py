@@ -33,12 +33,17 @@ A typical stack, outermost first::
 
 The ``key`` of a call is passed to every policy. ``describe()`` returns the
 structure (Polly.Testing's ``GetPipelineDescriptor``) for tests to assert on.
+
+Shape: as in Polly v8, the stages are linked once, when the pipeline is
+built: each policy becomes a ``_Link`` that holds the link inside it, and a
+call walks that chain. A link is not a coroutine of its own (it returns its
+policy's awaitable), so the chain adds no frame to resume at a suspension.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 from corun.resilience.clock import Clock
 from corun.resilience.events import Listener
@@ -47,17 +52,48 @@ from corun.resilience.policy import Policy, PolicyBase, PolicyDescription
 T = TypeVar("T")
 
 
+@final
+class _Link:
+    """One stage of a built pipeline: its policy, run around the stage inside it."""
+
+    __slots__ = ("_execute", "_inner", "_run")
+
+    def __init__(self, policy: Policy, inner: _Link | None, *, timed: bool) -> None:
+        self._inner = inner
+        self._execute: Callable[..., Awaitable[Any]] = policy.execute
+        # Untimed: straight to the policy's own step, skipping the
+        # ``call_finished`` bookkeeping that ``PolicyBase.execute`` adds.
+        self._run: Callable[..., Awaitable[Any]] | None = None
+        if not timed and isinstance(policy, PolicyBase):
+            self._run = policy._run
+
+    def __call__(
+        self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], key: Hashable
+    ) -> Awaitable[T]:
+        inner = self._inner
+        if inner is not None:
+            fn, args = inner, (fn, args, key)
+        if self._run is not None:
+            return self._run(fn, args, key)
+        return self._execute(fn, *args, key=key)
+
+
 class Pipeline(PolicyBase):
     """Several policies run as one, the first given outermost.
 
     Args:
         *policies: the policies, outermost first (at least one). A pipeline
-            is a policy too, so pipelines nest.
+            is a policy too, so pipelines nest, and one policy may sit in
+            several pipelines (to share its state).
         name: the name in its own ``call_finished`` events.
         clock: the clock that times ``call_finished`` (default
             ``SystemClock``; give it the policies' clock).
         listeners: listeners of the pipeline's own events (``call_finished``).
             Use ``add_listener`` to listen to every policy inside as well.
+        time_policies: False: the ``PolicyBase`` policies inside report no
+            ``call_finished`` of their own when run by this pipeline (their
+            other events still go out), which saves two clock reads a
+            stage. The pipeline's own ``call_finished`` is unaffected.
     """
 
     kind = "pipeline"
@@ -68,6 +104,7 @@ class Pipeline(PolicyBase):
         name: str | None = None,
         clock: Clock | None = None,
         listeners: Iterable[Listener] = (),
+        time_policies: bool = True,
     ) -> None:
         if not policies:
             raise ValueError("a Pipeline needs at least one policy")
@@ -83,6 +120,11 @@ class Pipeline(PolicyBase):
             seen.add(id(policy))
         super().__init__(name=name, clock=clock, listeners=listeners)
         self.policies: tuple[Policy, ...] = policies
+        link: _Link | None = None
+        for policy in reversed(policies):  # innermost first: each link holds the next one in
+            link = _Link(policy, link, timed=time_policies)
+        assert link is not None
+        self._head: _Link = link
 
     def describe(self) -> PolicyDescription:
         """The pipeline and its policies, outermost first, with their options."""
@@ -110,17 +152,7 @@ class Pipeline(PolicyBase):
                 except KeyError:
                     pass  # registered on the pipeline only
 
-    async def _run(
+    def _run(
         self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], key: Hashable
-    ) -> T:
-        return await self._stage(0, fn, args, key)
-
-    async def _stage(
-        self, index: int, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], key: Hashable
-    ) -> T:
-        # Policy ``index`` runs the rest of the pipeline as its callable; a
-        # bound method and its arguments, not a closure per call.
-        policy = self.policies[index]
-        if index + 1 == len(self.policies):
-            return await policy.execute(fn, *args, key=key)
-        return await policy.execute(self._stage, index + 1, fn, args, key, key=key)
+    ) -> Awaitable[T]:
+        return self._head(fn, args, key)

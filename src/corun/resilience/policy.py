@@ -24,13 +24,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar, TypeVarTuple, Unpack
+from typing import (
+    Any,
+    ClassVar,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    TypeVarTuple,
+    Unpack,
+)
 
 from corun.resilience.clock import SYSTEM_CLOCK, Clock
 from corun.resilience.errors import CallRejected
-from corun.resilience.events import CallFinished, Hooks, Listener, Outcome
+from corun.resilience.events import CallFinished, Hooks, Listener, Outcome, Rejected, RejectReason
 
 T = TypeVar("T")
+R = TypeVar("R", bound=CallRejected)
 P = ParamSpec("P")
 Ts = TypeVarTuple("Ts")
 
@@ -87,8 +97,23 @@ def outcome_of(exc: BaseException | None) -> Outcome:
     return "cancelled"
 
 
+class PolicyArgs(TypedDict, total=False):
+    """The keyword arguments every policy takes, besides its options.
+
+    Attributes:
+        name: the instance's name, ``policy`` in its events and errors
+            (default: its ``kind``).
+        clock: the clock it reads and sleeps on (default ``SystemClock``).
+        listeners: ``Listener`` objects for its events.
+    """
+
+    name: str | None
+    clock: Clock | None
+    listeners: Iterable[Listener]
+
+
 class PolicyBase:
-    """The shared half of every policy: name, clock, hooks, decorators, timing.
+    """The shared half of every policy: options, name, clock, hooks, decorators, timing.
 
     Subclasses set ``kind`` and implement ``_run``. ``execute`` adds the
     ``call_finished`` event around it, and costs nothing extra when no
@@ -98,12 +123,19 @@ class PolicyBase:
     kind: ClassVar[str] = "policy"
 
     def __init__(
-        self, *, name: str | None, clock: Clock | None, listeners: Iterable[Listener]
+        self,
+        options: object = None,
+        *,
+        name: str | None = None,
+        clock: Clock | None = None,
+        listeners: Iterable[Listener] = (),
     ) -> None:
         if name is not None and not (isinstance(name, str) and name):
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         if clock is not None and not isinstance(clock, Clock):
             raise TypeError(f"clock must implement corun.resilience.Clock, got {clock!r}")
+        #: The policy's frozen options (None for a pipeline).
+        self.options = options
         self._name = name if name is not None else self.kind
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.hooks = Hooks(listeners)
@@ -127,10 +159,24 @@ class PolicyBase:
 
     def describe(self) -> PolicyDescription:
         """A structured description: kind, name and options."""
-        return PolicyDescription(kind=self.kind, name=self._name, options=self._options())
+        return PolicyDescription(kind=self.kind, name=self._name, options=self.options)
 
-    def _options(self) -> object:
-        return None
+    def _refused(self, error: R, reason: RejectReason, now: float | None = None) -> R:
+        """Report the refusal ``error`` to ``rejected`` listeners; returns it, to be raised.
+
+        ``now`` is the time of the refusal (default: the clock's now).
+        """
+        hooks = self.hooks
+        if hooks.rejected:
+            event = Rejected(
+                policy=self._name,
+                key=error.key,
+                at=self.clock.now() if now is None else now,
+                reason=reason,
+                retry_in=error.retry_in,
+            )
+            hooks.emit("rejected", hooks.rejected, event)
+        return error
 
     async def execute(
         self, fn: Callable[[Unpack[Ts]], Awaitable[T]], /, *args: *Ts, key: Hashable = None
@@ -174,9 +220,10 @@ class PolicyBase:
             error = None  # breaks a reference cycle through the traceback
             self.hooks.emit("call_finished", subscribers, event)
 
-    async def _run(
+    def _run(
         self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], key: Hashable
-    ) -> T:
+    ) -> Awaitable[T]:
+        """The policy proper: run ``fn(*args)``; subclasses implement it (as ``async def``)."""
         raise NotImplementedError
 
     def __call__(self, fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
@@ -195,4 +242,4 @@ class PolicyBase:
         return wrapper
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._name!r} {self._options()!r}>"
+        return f"<{type(self).__name__} {self._name!r} {self.options!r}>"

@@ -23,16 +23,13 @@ is forgotten starts again with a full bucket.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, TypeVar, Unpack, final
 
 from corun.resilience import _validate
-from corun.resilience.clock import Clock
 from corun.resilience.errors import RateLimited
-from corun.resilience.events import Listener, Rejected
-from corun.resilience.policy import PolicyBase
+from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
 
@@ -171,12 +168,7 @@ class RateLimiterScope:
         await self._limiter.acquire(key=self._key)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         return None
 
 
@@ -196,18 +188,10 @@ class RateLimiter(PolicyBase):
 
     kind = "rate_limiter"
 
-    def __init__(
-        self,
-        options: RateLimiterOptions,
-        *,
-        name: str | None = None,
-        clock: Clock | None = None,
-        listeners: Iterable[Listener] = (),
-    ) -> None:
-        if not isinstance(options, RateLimiterOptions):
-            raise TypeError(f"options must be RateLimiterOptions, got {options!r}")
-        super().__init__(name=name, clock=clock, listeners=listeners)
-        self.options = options
+    options: RateLimiterOptions
+
+    def __init__(self, options: RateLimiterOptions, **common: Unpack[PolicyArgs]) -> None:
+        super().__init__(_validate.options(options, RateLimiterOptions, required=True), **common)
         # Invariant: _global exists iff options.rate is set; _buckets holds
         # at most options.max_keys buckets, least recently used first, and
         # is empty when options.per_key_rate is None.
@@ -216,9 +200,6 @@ class RateLimiter(PolicyBase):
         self._admitted = 0
         self._waited = 0
         self._rejected = 0
-
-    def _options(self) -> object:
-        return self.options
 
     def _global_bucket(self, now: float) -> TokenBucket | None:
         options = self.options
@@ -258,14 +239,9 @@ class RateLimiter(PolicyBase):
         wait = max(global_wait, key_wait)
         if wait > self.options.max_wait:
             self._rejected += 1
-            hooks = self.hooks
-            if hooks.rejected:
-                event = Rejected(
-                    policy=self.name, key=key, at=now, reason="rate_limited", retry_in=wait
-                )
-                hooks.emit("rejected", hooks.rejected, event)
             scope = "global" if global_wait >= key_wait else "key"
-            raise RateLimited(policy=self.name, key=key, scope=scope, retry_in=wait)
+            error = RateLimited(policy=self.name, key=key, scope=scope, retry_in=wait)
+            raise self._refused(error, "rate_limited", now)
         if global_bucket is not None:
             global_bucket.take(now)
         if key_bucket is not None:

@@ -41,17 +41,16 @@ Test mode (``corun.testing.set_testing``) makes every delay 0, and can cap
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar, final
+from typing import Any, TypeVar, Unpack, final
 
 from corun.resilience import _validate
 from corun.resilience._testmode import TEST_MODE
 from corun.resilience.budget import RetryBudget
-from corun.resilience.clock import Clock
-from corun.resilience.events import GaveUp, GiveUpReason, Listener, RetryScheduled
-from corun.resilience.policy import PolicyBase
+from corun.resilience.events import GaveUp, GiveUpReason, RetryScheduled
+from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
 
@@ -365,24 +364,20 @@ class Retry(PolicyBase):
 
     kind = "retry"
 
+    options: RetryOptions
+
     def __init__(
         self,
         options: RetryOptions | None = None,
         *,
         budget: RetryBudget | None = None,
-        name: str | None = None,
-        clock: Clock | None = None,
-        listeners: Iterable[Listener] = (),
         rng: Callable[[], float] | None = None,
+        **common: Unpack[PolicyArgs],
     ) -> None:
-        if options is None:
-            options = RetryOptions()
-        if not isinstance(options, RetryOptions):
-            raise TypeError(f"options must be RetryOptions, got {options!r}")
+        options = _validate.options(options, RetryOptions)
         if budget is not None and not isinstance(budget, RetryBudget):
             raise TypeError(f"budget must be a RetryBudget, got {budget!r}")
-        super().__init__(name=name, clock=clock, listeners=listeners)
-        self.options = options
+        super().__init__(options, **common)
         self.budget = budget
         self._rng: Callable[[], float] = rng if rng is not None else random.random
         self._calls = 0
@@ -390,9 +385,6 @@ class Retry(PolicyBase):
         self._retries = 0
         self._gave_up = 0
         self._budget_denied = 0
-
-    def _options(self) -> object:
-        return self.options
 
     def _backoff(self, attempt: int) -> float:
         """The backoff after failed attempt ``attempt`` (1-based), before test mode."""

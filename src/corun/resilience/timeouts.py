@@ -22,16 +22,16 @@ cannot be timed out, here as with ``asyncio.timeout``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar, final
+from typing import Any, TypeVar, Unpack, final
 
 from corun.resilience import _validate
-from corun.resilience.clock import Cancellable, Clock
+from corun.resilience.clock import Cancellable
 from corun.resilience.errors import AttemptTimeout, OverallTimeout
-from corun.resilience.events import Listener, TimedOut
-from corun.resilience.policy import PolicyBase
+from corun.resilience.events import TimedOut
+from corun.resilience.policy import PolicyArgs, PolicyBase
 
 T = TypeVar("T")
 
@@ -146,23 +146,12 @@ class Timeout(PolicyBase):
 
     kind = "timeout"
 
-    def __init__(
-        self,
-        options: TimeoutOptions,
-        *,
-        name: str | None = None,
-        clock: Clock | None = None,
-        listeners: Iterable[Listener] = (),
-    ) -> None:
-        if not isinstance(options, TimeoutOptions):
-            raise TypeError(f"options must be TimeoutOptions, got {options!r}")
-        super().__init__(name=name, clock=clock, listeners=listeners)
-        self.options = options
+    options: TimeoutOptions
+
+    def __init__(self, options: TimeoutOptions, **common: Unpack[PolicyArgs]) -> None:
+        super().__init__(_validate.options(options, TimeoutOptions, required=True), **common)
         self._calls = 0
         self._timed_out_count = 0
-
-    def _options(self) -> object:
-        return self.options
 
     def scope(self, *, key: Hashable = None) -> TimeoutScope:
         """An async context manager that times out the block it guards."""

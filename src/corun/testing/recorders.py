@@ -10,16 +10,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from corun.resilience.events import (
-    BreakerStateChanged,
-    CallFinished,
-    GaveUp,
-    HedgeLaunched,
-    Listener,
-    Rejected,
-    RetryScheduled,
-    TimedOut,
-)
+from corun.resilience.events import Listener
 from corun.runtime.engine.instruments import Instrument
 
 E = TypeVar("E")
@@ -39,26 +30,12 @@ class EventRecorder(Listener):
         """Forget what was recorded."""
         self.events.clear()
 
-    def retry_scheduled(self, event: RetryScheduled) -> None:
+    def _record(self, event: object) -> None:
         self.events.append(event)
 
-    def gave_up(self, event: GaveUp) -> None:
-        self.events.append(event)
-
-    def breaker_state_changed(self, event: BreakerStateChanged) -> None:
-        self.events.append(event)
-
-    def rejected(self, event: Rejected) -> None:
-        self.events.append(event)
-
-    def timed_out(self, event: TimedOut) -> None:
-        self.events.append(event)
-
-    def hedge_launched(self, event: HedgeLaunched) -> None:
-        self.events.append(event)
-
-    def call_finished(self, event: CallFinished) -> None:
-        self.events.append(event)
+    # Every hook records its event the same way.
+    retry_scheduled = gave_up = breaker_state_changed = rejected = _record
+    timed_out = hedge_launched = call_finished = _record
 
 
 class TaskRecorder(Instrument):

@@ -16,7 +16,6 @@ Policy tests that check the delays themselves should leave it off and use
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import final
 
 from corun.resilience._testmode import TEST_MODE
@@ -36,12 +35,7 @@ class TestingSetting:
     def __enter__(self) -> TestingSetting:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         TEST_MODE.active, TEST_MODE.attempts = self._previous
 
 
