@@ -89,33 +89,15 @@ class EpollIO:
 
     def set_reader(self, fd: int, handle: Handle) -> None:
         """Call ``handle`` whenever ``fd`` is readable, replacing any previous reader."""
-        registration = self._registrations.get(fd)
-        if registration is None:
-            registration = FdRegistration()
-            self._update(fd, registration, EPOLLIN)
-            self._registrations[fd] = registration
-        elif not registration.events & EPOLLIN:
-            self._update(fd, registration, registration.events | EPOLLIN)
-        else:
-            self._reassert(fd, registration)
-        previous = registration.reader
-        registration.reader = handle
+        registration = self._watch(fd, EPOLLIN)
+        previous, registration.reader = registration.reader, handle
         if previous is not None:
             previous.cancel()
 
     def set_writer(self, fd: int, handle: Handle) -> None:
         """Call ``handle`` whenever ``fd`` is writable, replacing any previous writer."""
-        registration = self._registrations.get(fd)
-        if registration is None:
-            registration = FdRegistration()
-            self._update(fd, registration, EPOLLOUT)
-            self._registrations[fd] = registration
-        elif not registration.events & EPOLLOUT:
-            self._update(fd, registration, registration.events | EPOLLOUT)
-        else:
-            self._reassert(fd, registration)
-        previous = registration.writer
-        registration.writer = handle
+        registration = self._watch(fd, EPOLLOUT)
+        previous, registration.writer = registration.writer, handle
         if previous is not None:
             previous.cancel()
 
@@ -124,8 +106,7 @@ class EpollIO:
         registration = self._registrations.get(fd)
         if registration is None or registration.reader is None:
             return False
-        handle = registration.reader
-        registration.reader = None
+        handle, registration.reader = registration.reader, None
         self._update(fd, registration, registration.events & ~EPOLLIN)
         handle.cancel()
         return True
@@ -135,11 +116,23 @@ class EpollIO:
         registration = self._registrations.get(fd)
         if registration is None or registration.writer is None:
             return False
-        handle = registration.writer
-        registration.writer = None
+        handle, registration.writer = registration.writer, None
         self._update(fd, registration, registration.events & ~EPOLLOUT)
         handle.cancel()
         return True
+
+    def _watch(self, fd: int, event: int) -> FdRegistration:
+        """The registration of ``fd``, now watching for ``event`` too."""
+        registration = self._registrations.get(fd)
+        if registration is None:
+            registration = FdRegistration()
+            self._update(fd, registration, event)
+            self._registrations[fd] = registration
+        elif not registration.events & event:
+            self._update(fd, registration, registration.events | event)
+        else:
+            self._reassert(fd, registration)
+        return registration
 
     def _reassert(self, fd: int, registration: FdRegistration) -> None:
         """Make sure epoll still watches ``fd`` when its callback is replaced.

@@ -38,7 +38,6 @@ from corun.runtime.transports.tls import TLSProtocol, default_client_context
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 
 
-
 def make_tls_transport(
     loop: LoopCore,
     rawsock: socket.socket,

@@ -106,54 +106,40 @@ def _on_readable(fut: Future, sock: socket.socket, method: str, *args: Any) -> N
     _complete(fut, getattr(sock, method), *args)
 
 
-async def sock_recv(loop: LoopCore, sock: socket.socket, nbytes: int) -> bytes:
-    """Receive up to ``nbytes`` from a connected non-blocking socket."""
+async def _receive(loop: LoopCore, sock: socket.socket, method: str, *args: Any) -> Any:
+    """``sock.<method>(*args)`` at once if data is there, else once the socket is readable."""
     _check_socket(loop, sock)
     try:
-        return sock.recv(nbytes)
+        return getattr(sock, method)(*args)
     except (BlockingIOError, InterruptedError):
         pass
-    result: bytes = await _wait_readable(loop, sock, _on_readable, "recv", nbytes)
-    return result
+    return await _wait_readable(loop, sock, _on_readable, method, *args)
+
+
+async def sock_recv(loop: LoopCore, sock: socket.socket, nbytes: int) -> bytes:
+    """Receive up to ``nbytes`` from a connected non-blocking socket."""
+    data: bytes = await _receive(loop, sock, "recv", nbytes)
+    return data
 
 
 async def sock_recv_into(loop: LoopCore, sock: socket.socket, buf: Any) -> int:
     """Receive into ``buf``; return the number of bytes received."""
-    _check_socket(loop, sock)
-    try:
-        return sock.recv_into(buf)
-    except (BlockingIOError, InterruptedError):
-        pass
-    result: int = await _wait_readable(loop, sock, _on_readable, "recv_into", buf)
-    return result
+    nbytes: int = await _receive(loop, sock, "recv_into", buf)
+    return nbytes
 
 
 async def sock_recvfrom(loop: LoopCore, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
     """Receive a datagram of up to ``bufsize`` bytes; return ``(data, address)``."""
-    _check_socket(loop, sock)
-    try:
-        return sock.recvfrom(bufsize)
-    except (BlockingIOError, InterruptedError):
-        pass
-    result: tuple[bytes, Any] = await _wait_readable(loop, sock, _on_readable, "recvfrom", bufsize)
-    return result
+    received: tuple[bytes, Any] = await _receive(loop, sock, "recvfrom", bufsize)
+    return received
 
 
 async def sock_recvfrom_into(
     loop: LoopCore, sock: socket.socket, buf: Any, nbytes: int = 0
 ) -> tuple[int, Any]:
     """Receive a datagram into ``buf``; return ``(nbytes, address)``."""
-    _check_socket(loop, sock)
-    if not nbytes:
-        nbytes = len(buf)
-    try:
-        return sock.recvfrom_into(buf, nbytes)
-    except (BlockingIOError, InterruptedError):
-        pass
-    result: tuple[int, Any] = await _wait_readable(
-        loop, sock, _on_readable, "recvfrom_into", buf, nbytes
-    )
-    return result
+    received: tuple[int, Any] = await _receive(loop, sock, "recvfrom_into", buf, nbytes or len(buf))
+    return received
 
 
 def _on_sendall_writable(
@@ -243,20 +229,14 @@ async def sock_connect(loop: LoopCore, sock: socket.socket, address: Any) -> Non
         address = None
 
 
+def _accept(sock: socket.socket) -> tuple[socket.socket, Any]:
+    conn, address = sock.accept()
+    conn.setblocking(False)
+    return conn, address
+
+
 def _on_accept_readable(fut: Future, sock: socket.socket) -> None:
-    if fut.done():
-        return
-    try:
-        conn, address = sock.accept()
-        conn.setblocking(False)
-    except (BlockingIOError, InterruptedError):
-        return
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except BaseException as exc:
-        fut.set_exception(exc)
-    else:
-        fut.set_result((conn, address))
+    _complete(fut, _accept, sock)
 
 
 async def sock_accept(loop: LoopCore, sock: socket.socket) -> tuple[socket.socket, Any]:

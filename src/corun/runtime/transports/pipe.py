@@ -70,6 +70,19 @@ class _PipeEnd:
     _protocol: Any
     _pipe: Any
     _fileno: int
+    _closing: bool
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        """Deliver further events to ``protocol``."""
+        self._protocol = protocol
+
+    def get_protocol(self) -> Any:
+        """The protocol receiving the events."""
+        return self._protocol
+
+    def is_closing(self) -> bool:
+        """Whether the transport is closing or closed."""
+        return self._closing
 
     def __del__(self) -> None:
         if self._pipe is not None:
@@ -202,18 +215,6 @@ class ReadPipeTransport(_PipeEnd, asyncio.ReadTransport):
         self._loop._add_reader(self._fileno, self._read_ready)
         if self._loop.get_debug():
             logger.debug("%r resumes reading", self)
-
-    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        """Deliver further events to ``protocol``."""
-        self._protocol = protocol
-
-    def get_protocol(self) -> Any:
-        """The protocol receiving the events."""
-        return self._protocol
-
-    def is_closing(self) -> bool:
-        """Whether the transport is closing or closed."""
-        return self._closing
 
     def close(self) -> None:
         """Stop reading and close the pipe; ``connection_lost(None)`` follows."""
@@ -403,18 +404,6 @@ class WritePipeTransport(_PipeEnd, FlowControlTransport):
         if not self._buffer:
             self._schedule_connection_lost(None)
 
-    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        """Deliver further events to ``protocol``."""
-        self._protocol = protocol
-
-    def get_protocol(self) -> Any:
-        """The protocol receiving the events."""
-        return self._protocol
-
-    def is_closing(self) -> bool:
-        """Whether the transport is closing or closed."""
-        return self._closing
-
     def close(self) -> None:
         """Flush the buffer, then close the pipe; ``connection_lost(None)`` follows."""
         if self._pipe is not None and not self._closing:
@@ -455,6 +444,13 @@ async def _connect_pipe(
     protocol_factory: Callable[[], ProtocolT],
     pipe: Any,
 ) -> tuple[_PipeTransportT, ProtocolT]:
+    """Wrap ``pipe`` (a file object) in a transport; return once ``connection_made`` ran.
+
+    If this is cancelled first, the transport is closed.
+
+    Raises:
+        ValueError: ``pipe`` is not a pipe, socket or character device.
+    """
     protocol = protocol_factory()
     waiter: Future = loop.create_future()
     transport = transport_class(loop, pipe, protocol, waiter)
@@ -472,26 +468,12 @@ async def _connect_pipe(
 async def connect_read_pipe(
     loop: LoopCore, protocol_factory: Callable[[], ProtocolT], pipe: Any
 ) -> tuple[ReadPipeTransport, ProtocolT]:
-    """``loop.connect_read_pipe``: wrap the read end ``pipe`` (a file object) in a transport.
-
-    Returns once the protocol's ``connection_made`` ran. If this is
-    cancelled first, the transport is closed.
-
-    Raises:
-        ValueError: ``pipe`` is not a pipe, socket or character device.
-    """
+    """``loop.connect_read_pipe``: the read end ``pipe`` as a transport (see ``_connect_pipe``)."""
     return await _connect_pipe(loop, ReadPipeTransport, protocol_factory, pipe)
 
 
 async def connect_write_pipe(
     loop: LoopCore, protocol_factory: Callable[[], ProtocolT], pipe: Any
 ) -> tuple[WritePipeTransport, ProtocolT]:
-    """``loop.connect_write_pipe``: wrap the write end ``pipe`` (a file object) in a transport.
-
-    Returns once the protocol's ``connection_made`` ran. If this is
-    cancelled first, the transport is closed.
-
-    Raises:
-        ValueError: ``pipe`` is not a pipe, socket or character device.
-    """
+    """``loop.connect_write_pipe``: the write end ``pipe`` as a transport (see ``_connect_pipe``)."""
     return await _connect_pipe(loop, WritePipeTransport, protocol_factory, pipe)
