@@ -89,26 +89,36 @@ class DatagramTransport(SocketTransport, asyncio.DatagramTransport):
         if not self._buffer:
             sock = self._sock
             assert sock is not None
-            try:
-                if self._extra["peername"]:
-                    sock.send(data)
-                else:
-                    sock.sendto(data, addr)
-                return
-            except (BlockingIOError, InterruptedError):
-                self._loop._add_writer(self._sock_fd, self._sendto_ready)
-            except OSError as exc:
-                self._protocol.error_received(exc)
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal write error on datagram transport")
-                return
+            sent = self._send_now(sock, data, addr)
+            if sent is not False:
+                return  # sent, or failed and reported
+            self._loop._add_writer(self._sock_fd, self._sendto_ready)
         chunk = bytes(data)  # the caller may reuse its buffer
         self._buffer.append((chunk, addr))
         self._buffer_size += len(chunk)
         self._maybe_pause_protocol()
+
+    def _send_now(self, sock: socket.socket, data: Any, addr: Any) -> bool | None:
+        """Send one datagram: True if sent, False if it would block, None if it failed.
+
+        An OSError goes to the protocol's ``error_received`` and the transport
+        stays open, as asyncio's does; anything else is fatal.
+        """
+        try:
+            if self._extra["peername"]:
+                sock.send(data)
+            else:
+                sock.sendto(data, addr)
+            return True
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as exc:
+            self._protocol.error_received(exc)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._fatal_error(exc, "Fatal write error on datagram transport")
+        return None
 
     def _sendto_ready(self) -> None:
         sock = self._sock
@@ -116,23 +126,13 @@ class DatagramTransport(SocketTransport, asyncio.DatagramTransport):
         while self._buffer:
             data, addr = self._buffer.popleft()
             self._buffer_size -= len(data)
-            try:
-                if self._extra["peername"]:
-                    sock.send(data)
-                else:
-                    sock.sendto(data, addr)
-            except (BlockingIOError, InterruptedError):
+            sent = self._send_now(sock, data, addr)
+            if sent is None:
+                return
+            if not sent:
                 self._buffer.appendleft((data, addr))  # try again later
                 self._buffer_size += len(data)
                 break
-            except OSError as exc:
-                self._protocol.error_received(exc)
-                return
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._fatal_error(exc, "Fatal write error on datagram transport")
-                return
         self._maybe_resume_protocol()
         if not self._buffer:
             self._loop._remove_writer(self._sock_fd)

@@ -92,6 +92,24 @@ class _PipeEnd:
             self._pipe.close()
             self._pipe = None
 
+    def _adopt(self, pipe: Any, protocol: Any, not_a_pipe: str) -> int:
+        """Take ``pipe``'s fd over (non-blocking, in the loop's registry); return its mode.
+
+        Raises:
+            ValueError: with ``not_a_pipe`` (asyncio's message for each
+                direction), if the fd is not a pipe, socket or character device.
+        """
+        fileno = pipe.fileno()
+        mode = os.fstat(fileno).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+            raise ValueError(not_a_pipe)
+        os.set_blocking(fileno, False)
+        self._pipe = pipe
+        self._fileno = fileno
+        self._protocol = protocol
+        self._loop._transports[fileno] = self
+        return mode
+
     def _call_connection_lost(self, exc: BaseException | None) -> None:
         try:
             self._protocol.connection_lost(exc)
@@ -140,15 +158,7 @@ class ReadPipeTransport(_PipeEnd, asyncio.ReadTransport):
         self._closing: bool = False
         self._paused: bool = False
 
-        fileno = pipe.fileno()
-        mode = os.fstat(fileno).st_mode
-        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
-            raise ValueError("Pipe transport is for pipes/sockets only.")
-        os.set_blocking(fileno, False)
-        self._pipe = pipe
-        self._fileno = fileno
-        self._protocol = protocol
-        loop._transports[self._fileno] = self
+        self._adopt(pipe, protocol, "Pipe transport is for pipes/sockets only.")
         connect_soon(loop, self, protocol, self._start_reading, waiter)
 
     def __repr__(self) -> str:
@@ -270,20 +280,11 @@ class WritePipeTransport(_PipeEnd, FlowControlTransport):
         self._closing: bool = False
         self._lost: bool = False
 
-        fileno = pipe.fileno()
-        mode = os.fstat(fileno).st_mode
-        is_char = stat.S_ISCHR(mode)
-        is_fifo = stat.S_ISFIFO(mode)
-        is_socket = stat.S_ISSOCK(mode)
-        if not (is_char or is_fifo or is_socket):
-            raise ValueError("Pipe transport is only for pipes, sockets and character devices")
-        os.set_blocking(fileno, False)
-        self._pipe = pipe
-        self._fileno = fileno
-        self._protocol = protocol
-        loop._transports[self._fileno] = self
+        mode = self._adopt(
+            pipe, protocol, "Pipe transport is only for pipes, sockets and character devices"
+        )
         # "Readable" means the peer closed (see the module docstring).
-        watch = self._start_watching_peer if is_socket or is_fifo else None
+        watch = None if stat.S_ISCHR(mode) else self._start_watching_peer
         connect_soon(loop, self, protocol, watch, waiter)
 
     def __repr__(self) -> str:
