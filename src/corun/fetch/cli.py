@@ -7,10 +7,39 @@ command's options live here, next to the code they configure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from typing import Final
 
 from corun.fetch.journal import JournalMismatch
 from corun.fetch.runner import DEFAULT_RATE, FetchOptions, run_fetch
+
+#: The flags that set a ``FetchOptions`` field of the same name one for one,
+#: with their help. Each flag's type and default are the field's default's,
+#: so the command and the options cannot disagree.
+_TUNING: Final = {
+    "concurrency": "requests in flight",
+    "per_host": "requests in flight per host",
+    "retries": "retries per request",
+    "connect_timeout": "seconds",
+    "read_timeout": "seconds",
+    "total_timeout": "seconds per request",
+    "breaker_failure_rate": "",
+    "breaker_min_calls": "",
+}
+_DEFAULTS: Final = {f.name: f.default for f in dataclasses.fields(FetchOptions)}
+
+
+def _add_tuning(parser: argparse.ArgumentParser, *names: str) -> None:
+    for name in names:
+        default = _DEFAULTS[name]
+        assert isinstance(default, int | float)
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=type(default),
+            default=default,
+            help=" ".join(filter(None, (_TUNING[name], f"({default:g})"))),
+        )
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,8 +54,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     fetch.add_argument("input", metavar="INPUT", help="input file, or - for stdin")
     fetch.add_argument("--output", "-o", required=True, metavar="OUT.jsonl")
-    fetch.add_argument("--concurrency", type=int, default=32, help="requests in flight (32)")
-    fetch.add_argument("--per-host", type=int, default=4, help="requests in flight per host (4)")
+    _add_tuning(fetch, "concurrency", "per_host")
     rate = fetch.add_mutually_exclusive_group()
     rate.add_argument(
         "--rate", type=float, default=DEFAULT_RATE, help=f"requests/s per host ({DEFAULT_RATE:g})"
@@ -38,12 +66,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         const=None,
         help="no per-host rate limit (for servers you own)",
     )
-    fetch.add_argument("--retries", type=int, default=3, help="retries per request (3)")
-    fetch.add_argument("--connect-timeout", type=float, default=10.0, help="seconds (10)")
-    fetch.add_argument("--read-timeout", type=float, default=30.0, help="seconds (30)")
-    fetch.add_argument("--total-timeout", type=float, default=60.0, help="seconds per request (60)")
-    fetch.add_argument("--breaker-failure-rate", type=float, default=0.5, help="(0.5)")
-    fetch.add_argument("--breaker-min-calls", type=int, default=20, help="(20)")
+    # After --rate, as the help has always listed them.
+    _add_tuning(fetch, *list(_TUNING)[2:])
     fetch.add_argument("--max-body", type=int, default=None, help="body cap in bytes (10 MiB)")
     fetch.add_argument("--save-dir", default=None, help="write bodies here, not in the output")
     fetch.add_argument("--summary-json", default=None, metavar="PATH")
@@ -59,18 +83,11 @@ def main(args: argparse.Namespace) -> int:
         options = FetchOptions(
             input=args.input,
             output=args.output,
-            concurrency=args.concurrency,
-            per_host=args.per_host,
             rate=args.rate,
-            retries=args.retries,
-            connect_timeout=args.connect_timeout,
-            read_timeout=args.read_timeout,
-            total_timeout=args.total_timeout,
-            breaker_failure_rate=args.breaker_failure_rate,
-            breaker_min_calls=args.breaker_min_calls,
             save_dir=args.save_dir,
             summary_json=args.summary_json,
             progress=not args.no_progress,
+            **{name: getattr(args, name) for name in _TUNING},
             **extra,
         )
     except (TypeError, ValueError) as exc:

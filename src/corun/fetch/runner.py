@@ -34,7 +34,7 @@ from corun.fetch.journal import FLUSH_SECONDS, Journal, fingerprint, journal_pat
 from corun.fetch.output import output_record, write_output
 from corun.fetch.progress import ProgressBar, ProgressState
 from corun.fetch.summary import Summary, summarize
-from corun.http import DEFAULT_MAX_BODY, Client, ClientOptions, HttpError
+from corun.http import Client, ClientOptions, HttpError
 from corun.resilience import (
     BreakerOptions,
     Clock,
@@ -48,6 +48,8 @@ DEFAULT_USER_AGENT: Final = "corun-fetch/0.1 (+https://github.com/corun)"
 #: a server sees a steady trickle, not a burst it must absorb.
 DEFAULT_RATE: Final = 10.0
 _STOP: Final = None
+#: The fetcher's timeouts and body cap default to the client's own.
+_CLIENT_DEFAULTS: Final = ClientOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +84,15 @@ class FetchOptions:
     per_host: int = 4
     rate: float | None = DEFAULT_RATE
     retries: int = 3
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
-    total_timeout: float = 60.0
+    connect_timeout: float = _CLIENT_DEFAULTS.connect_timeout
+    read_timeout: float = _CLIENT_DEFAULTS.read_timeout
+    total_timeout: float = _CLIENT_DEFAULTS.total_timeout
     breaker_failure_rate: float = 0.5
     breaker_min_calls: int = 20
     save_dir: str | None = None
     summary_json: str | None = None
     progress: bool = True
-    max_body_bytes: int = DEFAULT_MAX_BODY
+    max_body_bytes: int = _CLIENT_DEFAULTS.max_body_bytes
     user_agent: str = DEFAULT_USER_AGENT
     client: ClientOptions | None = field(default=None, compare=False)
 

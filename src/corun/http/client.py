@@ -41,18 +41,7 @@ from typing import Any, Final, TypeAlias, TypeVar, final
 import aiohttp
 from yarl import URL
 
-from corun.http.errors import (
-    BodyTooLarge,
-    ConnectError,
-    HttpError,
-    InvalidURL,
-    ProtocolError,
-    RejectedError,
-    RequestTimeout,
-    TLSError,
-    TooManyRedirects,
-    UnsupportedScheme,
-)
+from corun.http import errors
 from corun.http.options import IDEMPOTENT_METHODS, RETRY_STATUSES, ClientOptions
 from corun.resilience import (
     Breaker,
@@ -103,15 +92,15 @@ def parse_url(url: str) -> URL:
         InvalidURL: anything else wrong with it.
     """
     if not isinstance(url, str) or not url.strip():
-        raise InvalidURL("malformed URL: empty", url=str(url))
+        raise errors.InvalidURL("malformed URL: empty", url=str(url))
     if _BAD_URL_CHARS.search(url) is not None:
-        raise InvalidURL(
+        raise errors.InvalidURL(
             f"malformed URL {url!r}: contains whitespace or control characters", url=url
         )
     try:
         parsed = URL(url)
     except (ValueError, TypeError) as exc:
-        raise InvalidURL(f"malformed URL {url!r}: {exc}", url=url) from exc
+        raise errors.InvalidURL(f"malformed URL {url!r}: {exc}", url=url) from exc
     _check_parsed(parsed, url)
     return parsed
 
@@ -119,22 +108,22 @@ def parse_url(url: str) -> URL:
 def _check_parsed(parsed: URL, url: str) -> None:
     """The checks of ``parse_url`` that need the parsed form."""
     if not parsed.scheme:
-        raise InvalidURL(
+        raise errors.InvalidURL(
             f"malformed URL {url!r}: no scheme (expected http:// or https://)", url=url
         )
     if parsed.scheme.lower() not in SCHEMES:
-        raise UnsupportedScheme(
+        raise errors.UnsupportedScheme(
             f"unsupported scheme {parsed.scheme!r} in {url!r} (expected http or https)", url=url
         )
     try:
         host = parsed.host
         port = parsed.port
     except ValueError as exc:
-        raise InvalidURL(f"malformed URL {url!r}: {exc}", url=url) from exc
+        raise errors.InvalidURL(f"malformed URL {url!r}: {exc}", url=url) from exc
     if not host:
-        raise InvalidURL(f"malformed URL {url!r}: no host", url=url)
+        raise errors.InvalidURL(f"malformed URL {url!r}: no host", url=url)
     if port is None or not 0 < port < 65536:
-        raise InvalidURL(f"malformed URL {url!r}: bad port", url=url)
+        raise errors.InvalidURL(f"malformed URL {url!r}: bad port", url=url)
 
 
 def host_key(url: URL) -> str:
@@ -192,7 +181,7 @@ class ClientStatistics:
     metrics: MetricsStatistics
 
 
-E = TypeVar("E", bound=HttpError)
+E = TypeVar("E", bound=errors.HttpError)
 
 
 @final
@@ -270,49 +259,51 @@ _Detail: TypeAlias = Callable[[BaseException, _Call, ClientOptions], str]
 #: an ``OSError``, and aiohttp's timeouts are connection errors too).
 #: Applied to each attempt, so that the policies see corun.http's errors, and
 #: to the whole call, for the refusals and the total timeout around it.
-_ERRORS: Final[tuple[tuple[tuple[type[BaseException], ...], type[HttpError], _Detail], ...]] = (
+_ERRORS: Final[
+    tuple[tuple[tuple[type[BaseException], ...], type[errors.HttpError], _Detail], ...]
+] = (
     (
         (OverallTimeout,),
-        RequestTimeout,
+        errors.RequestTimeout,
         lambda exc, call, options: (
             f"total timeout of {options.total_timeout:g} s "
             f"after {_plural(call.attempts, 'attempt')}"
         ),
     ),
-    ((CallRejected,), RejectedError, lambda exc, call, options: str(exc)),
+    ((CallRejected,), errors.RejectedError, lambda exc, call, options: str(exc)),
     (
         (aiohttp.TooManyRedirects,),
-        TooManyRedirects,
+        errors.TooManyRedirects,
         lambda exc, call, options: f"more than {options.max_redirects} redirects",
     ),
     (
         _CONNECT_TIMEOUTS,
-        RequestTimeout,
+        errors.RequestTimeout,
         lambda exc, call, options: f"connect timeout of {options.connect_timeout:g} s",
     ),
     (
         (TimeoutError,),
-        RequestTimeout,
+        errors.RequestTimeout,
         lambda exc, call, options: f"read timeout of {options.read_timeout:g} s",
     ),
     (
         (aiohttp.ClientSSLError, ssl.SSLError),
-        TLSError,
+        errors.TLSError,
         lambda exc, call, options: f"TLS failed: {_reason(exc)}",
     ),
     (
         (aiohttp.InvalidURL,),
-        InvalidURL,
+        errors.InvalidURL,
         lambda exc, call, options: f"invalid URL: {_reason(exc)}",
     ),
     (
         (aiohttp.ClientConnectionError, OSError),
-        ConnectError,
+        errors.ConnectError,
         lambda exc, call, options: f"connection failed: {_reason(exc)}",
     ),
     (
         (aiohttp.ClientError,),
-        ProtocolError,
+        errors.ProtocolError,
         lambda exc, call, options: f"bad response: {_reason(exc)}",
     ),
 )
@@ -325,9 +316,9 @@ _REJECTIONS: Final[tuple[tuple[type[CallRejected], str], ...]] = (
 )
 
 
-def _http_error(exc: Exception, call: _Call, options: ClientOptions) -> HttpError | None:
+def _http_error(exc: Exception, call: _Call, options: ClientOptions) -> errors.HttpError | None:
     """``exc`` as a corun.http error (``exc`` itself if it is one); None: let it through."""
-    if isinstance(exc, HttpError):
+    if isinstance(exc, errors.HttpError):
         exc.attempts = call.attempts
         return exc
     for raised, cls, detail in _ERRORS:
@@ -441,7 +432,8 @@ class Client:
             breaker_options = options.breaker
             if breaker_options.failure_on == _DEFAULT_FAILURE_ON:
                 breaker_options = dataclasses.replace(
-                    breaker_options, failure_on=(ConnectError, RequestTimeout, ProtocolError)
+                    breaker_options,
+                    failure_on=(errors.ConnectError, errors.RequestTimeout, errors.ProtocolError),
                 )
             breaker_options = dataclasses.replace(
                 breaker_options, failure_on_result=_is_server_failure
@@ -484,7 +476,9 @@ class Client:
 
     @staticmethod
     def _retryable_error(exc: BaseException) -> bool:
-        return isinstance(exc, RequestTimeout | ConnectError) and not isinstance(exc, TLSError)
+        return isinstance(exc, errors.RequestTimeout | errors.ConnectError) and not isinstance(
+            exc, errors.TLSError
+        )
 
     def _server_delay(self, outcome: object) -> float | None:
         if isinstance(outcome, _Reply) and outcome.status in RETRY_STATUSES:
@@ -630,14 +624,17 @@ class Client:
                 length = response.content_length
                 if length is not None and length > cap and call.method != "HEAD":
                     raise call.error(
-                        BodyTooLarge, f"body of {length} bytes is over the cap of {cap} bytes"
+                        errors.BodyTooLarge,
+                        f"body of {length} bytes is over the cap of {cap} bytes",
                     )
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in response.content.iter_chunked(_CHUNK):
                     size += len(chunk)
                     if size > cap:
-                        raise call.error(BodyTooLarge, f"body is over the cap of {cap} bytes")
+                        raise call.error(
+                            errors.BodyTooLarge, f"body is over the cap of {cap} bytes"
+                        )
                     chunks.append(chunk)
                 return _Reply(
                     status=response.status,

@@ -90,7 +90,7 @@ class ClientOptions:
         _validate.count(owner, "limit", self.limit, high=100_000)
         _validate.count(owner, "limit_per_host", self.limit_per_host, high=100_000)
         for name in ("keepalive_timeout", "connect_timeout", "read_timeout", "total_timeout"):
-            object.__setattr__(self, name, _validate.seconds(owner, name, getattr(self, name)))
+            _validate.normalize(self, owner, name, _validate.seconds)
         _validate.count(owner, "max_body_bytes", self.max_body_bytes, low=0, high=MAX_BODY_LIMIT)
         _validate.count(owner, "max_redirects", self.max_redirects, low=0, high=100)
         for name in ("verify_tls", "retry_non_idempotent"):

@@ -8,7 +8,8 @@ field's name, not a breaker that never closes or a queue that eats the heap.
 from __future__ import annotations
 
 import math
-from typing import Final, TypeVar
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
 Opts = TypeVar("Opts")
 
@@ -71,6 +72,17 @@ def exception_types(owner: str, field: str, value: object) -> tuple[type[BaseExc
             f"got {value!r}"
         )
     return value
+
+
+def normalize(
+    options: object, owner: str, field: str, check: Callable[..., object], **bounds: Any
+) -> None:
+    """Replace frozen ``options``' ``field`` by ``check(owner, field, value, **bounds)``.
+
+    For the checks that return the value normalised (a float for an int, a
+    tuple for one exception class), so that the options hold that form.
+    """
+    object.__setattr__(options, field, check(owner, field, getattr(options, field), **bounds))
 
 
 def options(value: object, cls: type[Opts], *, required: bool = False) -> Opts:

@@ -95,21 +95,15 @@ class BreakerOptions:
 
     def __post_init__(self) -> None:
         owner = "BreakerOptions"
-        object.__setattr__(
-            self, "failure_rate", _validate.ratio(owner, "failure_rate", self.failure_rate)
-        )
-        object.__setattr__(self, "window", _validate.seconds(owner, "window", self.window))
+        _validate.normalize(self, owner, "failure_rate", _validate.ratio)
+        _validate.normalize(self, owner, "window", _validate.seconds)
         _validate.count(owner, "minimum_calls", self.minimum_calls)
         if self.consecutive_failures is not None:
             _validate.count(owner, "consecutive_failures", self.consecutive_failures)
-        object.__setattr__(
-            self, "open_duration", _validate.seconds(owner, "open_duration", self.open_duration)
-        )
+        _validate.normalize(self, owner, "open_duration", _validate.seconds)
         _validate.count(owner, "half_open_probes", self.half_open_probes, high=1000)
         if not callable(self.failure_on) or isinstance(self.failure_on, type):
-            object.__setattr__(
-                self, "failure_on", _validate.exception_types(owner, "failure_on", self.failure_on)
-            )
+            _validate.normalize(self, owner, "failure_on", _validate.exception_types)
         if self.failure_on_result is not None and not callable(self.failure_on_result):
             raise TypeError(f"{owner}.failure_on_result must be callable or None")
         _validate.count(owner, "max_keys", self.max_keys)

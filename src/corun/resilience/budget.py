@@ -58,23 +58,11 @@ class RetryBudgetOptions:
 
     def __post_init__(self) -> None:
         owner = "RetryBudgetOptions"
-        object.__setattr__(
-            self,
-            "retry_ratio",
-            _validate.number(owner, "retry_ratio", self.retry_ratio, low=0.0, high=10.0),
+        _validate.normalize(self, owner, "retry_ratio", _validate.number, low=0.0, high=10.0)
+        _validate.normalize(
+            self, owner, "min_retries_per_second", _validate.number, low=0.0, high=100_000.0
         )
-        object.__setattr__(
-            self,
-            "min_retries_per_second",
-            _validate.number(
-                owner,
-                "min_retries_per_second",
-                self.min_retries_per_second,
-                low=0.0,
-                high=100_000.0,
-            ),
-        )
-        object.__setattr__(self, "window", _validate.seconds(owner, "window", self.window))
+        _validate.normalize(self, owner, "window", _validate.seconds)
 
 
 @dataclass(frozen=True, slots=True)

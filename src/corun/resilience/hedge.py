@@ -64,16 +64,14 @@ class HedgeOptions:
 
     def __post_init__(self) -> None:
         owner = "HedgeOptions"
-        object.__setattr__(
-            self, "delay", _validate.seconds(owner, "delay", self.delay, allow_zero=True)
-        )
+        _validate.normalize(self, owner, "delay", _validate.seconds, allow_zero=True)
         if self.percentile is not None:
             value = _validate.number(owner, "percentile", self.percentile, low=0.0, high=100.0)
             if value in (0.0, 100.0):
                 raise ValueError(f"{owner}.percentile must be in (0, 100), got {self.percentile!r}")
             object.__setattr__(self, "percentile", value)
         _validate.count(owner, "min_samples", self.min_samples)
-        object.__setattr__(self, "window", _validate.seconds(owner, "window", self.window))
+        _validate.normalize(self, owner, "window", _validate.seconds)
         _validate.count(owner, "max_hedges", self.max_hedges, high=MAX_HEDGES)
 
 

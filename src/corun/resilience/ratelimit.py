@@ -80,9 +80,7 @@ class RateLimiterOptions:
             if burst is None:
                 burst = max(1, math.ceil(rate))
             object.__setattr__(self, burst_field, _validate.count(owner, burst_field, burst))
-        object.__setattr__(
-            self, "max_wait", _validate.seconds(owner, "max_wait", self.max_wait, allow_zero=True)
-        )
+        _validate.normalize(self, owner, "max_wait", _validate.seconds, allow_zero=True)
         _validate.count(owner, "max_keys", self.max_keys)
 
 

@@ -103,28 +103,19 @@ class RetryOptions:
         owner = "RetryOptions"
         _validate.count(owner, "max_attempts", self.max_attempts, high=MAX_ATTEMPTS)
         if self.deadline is not None:
-            object.__setattr__(
-                self, "deadline", _validate.seconds(owner, "deadline", self.deadline)
-            )
+            _validate.normalize(self, owner, "deadline", _validate.seconds)
         for field in ("initial_delay", "max_delay", "max_server_delay"):
-            value = _validate.seconds(owner, field, getattr(self, field), allow_zero=True)
-            object.__setattr__(self, field, value)
+            _validate.normalize(self, owner, field, _validate.seconds, allow_zero=True)
         if self.initial_delay > self.max_delay:
             raise ValueError(
                 f"{owner}.initial_delay ({self.initial_delay:g} s) must not exceed "
                 f"max_delay ({self.max_delay:g} s), which caps every backoff"
             )
-        object.__setattr__(
-            self,
-            "multiplier",
-            _validate.number(owner, "multiplier", self.multiplier, low=1.0, high=100.0),
-        )
+        _validate.normalize(self, owner, "multiplier", _validate.number, low=1.0, high=100.0)
         if not isinstance(self.jitter, bool):
             raise TypeError(f"{owner}.jitter must be a bool, got {self.jitter!r}")
         if not callable(self.retry_on) or isinstance(self.retry_on, type):
-            object.__setattr__(
-                self, "retry_on", _validate.exception_types(owner, "retry_on", self.retry_on)
-            )
+            _validate.normalize(self, owner, "retry_on", _validate.exception_types)
         for field in ("retry_on_result", "delay_from"):
             value = getattr(self, field)
             if value is not None and not callable(value):

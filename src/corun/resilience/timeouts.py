@@ -51,9 +51,7 @@ class TimeoutOptions:
     overall: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "seconds", _validate.seconds("TimeoutOptions", "seconds", self.seconds)
-        )
+        _validate.normalize(self, "TimeoutOptions", "seconds", _validate.seconds)
         if not isinstance(self.overall, bool):
             raise TypeError(f"TimeoutOptions.overall must be a bool, got {self.overall!r}")
 
