@@ -135,7 +135,8 @@ def test_imports_point_down(layer: str) -> None:
         f"{module} -> {target}"
         for module in members
         for target in graph[module]
-        if _layer(target) != layer and not any(
+        if _layer(target) != layer
+        and not any(
             target == allowed or target.startswith(allowed + ".") for allowed in ALLOWED[layer]
         )
     }
@@ -157,7 +158,5 @@ def test_runtime_knows_nothing_above_it() -> None:
 def test_resilience_does_without_aiohttp() -> None:
     for path in (SRC / "corun" / "resilience").rglob("*.py"):
         for node in _top_level_imports(ast.parse(path.read_text())):
-            names = (
-                [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
-            )
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
             assert not any((n or "").split(".")[0] == "aiohttp" for n in names), path

@@ -17,6 +17,9 @@ from corun.runtime.engine.loop_core import LoopCore
 from corun.runtime.net import connect, dns, sendfile, servers, sockets
 from corun.runtime.transports import pipe, subprocess, tls
 
+# The methods whose replacement on an instance turns a direct path off.
+_SEAMS = frozenset({"call_soon", "time", "call_at"})
+
 
 class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """corun's event loop: a ready queue, a timer heap and epoll.
@@ -25,16 +28,34 @@ class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
     ``asyncio.Runner(loop_factory=corun.new_event_loop)``, or ``corun.install()``.
     """
 
+    # Futures and Tasks append to the ready queue directly while call_soon is
+    # LoopCore's own, and the timers read the clock seam directly while time
+    # and call_at are. A method replaced on the instance (as tests and tracing
+    # tools do, mock.patch.object among them) must be called instead, as
+    # asyncio would, and its removal restores the direct paths.
+
     def __setattr__(self, name: str, value: Any) -> None:
-        # Futures and Tasks append to the ready queue directly while call_soon
-        # is LoopCore's own, and call_later goes to the timer heap directly
-        # while time and call_at are. A method replaced on the instance (as
-        # tests and tracing tools do) must be called instead, as asyncio would.
-        if name == "call_soon":
-            object.__setattr__(self, "_plain_call_soon", False)
-        elif name in ("time", "call_at"):
-            object.__setattr__(self, "_plain_timers", False)
         object.__setattr__(self, name, value)
+        if name in _SEAMS:
+            self._check_seams()
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+        if name in _SEAMS:
+            self._check_seams()
+
+    def _check_seams(self) -> None:
+        own = vars(self)
+        cls = type(self)
+        plain_call_soon = "call_soon" not in own and cls.call_soon is LoopCore.call_soon
+        plain_timers = (
+            "time" not in own
+            and "call_at" not in own
+            and cls.time is LoopCore.time
+            and cls.call_at is LoopCore.call_at
+        )
+        object.__setattr__(self, "_plain_call_soon", plain_call_soon)
+        object.__setattr__(self, "_plain_timers", plain_timers)
 
     # Sockets (net/sockets.py) and name resolution (net/dns.py). Where mypy
     # flags an assignment, typeshed's stub has overloads or generics for the

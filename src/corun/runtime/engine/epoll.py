@@ -45,7 +45,7 @@ MAX_EVENTS: Final = 1024
 class FdRegistration:
     """The callbacks registered for one fd, and the events asked of epoll."""
 
-    __slots__ = ("events", "reader", "writer")
+    __slots__ = ("events", "fileobj", "reader", "writer")
 
     def __init__(self) -> None:
         # Invariant: events == (EPOLLIN if reader else 0) | (EPOLLOUT if writer else 0),
@@ -53,6 +53,10 @@ class FdRegistration:
         self.reader: Handle | None = None
         self.writer: Handle | None = None
         self.events: int = 0
+        # What loop.add_reader()/add_writer() was given for the fd (a socket,
+        # a file, or the number), so that the object finds its fd again after
+        # it was closed; see EpollIO.find().
+        self.fileobj: object = None
 
 
 class EpollIO:
@@ -120,6 +124,22 @@ class EpollIO:
         self._update(fd, registration, registration.events & ~EPOLLOUT)
         handle.cancel()
         return True
+
+    def remember(self, fd: int, fileobj: object) -> None:
+        """Note that ``fd`` was registered as ``fileobj`` (the fd must be registered)."""
+        self._registrations[fd].fileobj = fileobj
+
+    def find(self, fileobj: object) -> int:
+        """The fd registered as ``fileobj``, or -1.
+
+        A socket closed after it was registered answers -1 to ``fileno()``;
+        programs then unregister it in a ``finally`` block, and the stdlib's
+        selectors find its registration by the object, as this does.
+        """
+        for fd, registration in self._registrations.items():
+            if registration.fileobj is fileobj:
+                return fd
+        return -1
 
     def _watch(self, fd: int, event: int) -> FdRegistration:
         """The registration of ``fd``, now watching for ``event`` too."""

@@ -1,8 +1,36 @@
-"""``Future``: the state container a coroutine waits on.
+"""``FutureCore``: the state container a coroutine waits on (``corun.Future``'s implementation).
 
 It speaks asyncio's Future protocol exactly (``_asyncio_future_blocking``,
 ``get_loop()``, callbacks scheduled through ``loop.call_soon``), so asyncio's
 Task and functions accept it, and corun's Task accepts asyncio's futures.
+
+Passing ``isinstance(fut, asyncio.Future)``
+===========================================
+
+Libraries check ``isinstance(x, asyncio.Future)`` rather than
+``asyncio.isfuture(x)``: anyio's cancel delivery, for one, does not cancel a
+task whose waiter is an ``asyncio.Future`` that is already done, and on a
+loop whose futures fail the check it cancels tasks that were already handed
+an item, which is then lost. So every corun future and task must pass it.
+The ways considered:
+
+* Subclass asyncio's classes. ``asyncio.Future`` is a C type with its own
+  instance layout; a mypyc class cannot have it as a base, and an
+  interpreted class cannot have both it and ``FutureCore`` as bases (their
+  layouts conflict). Making the whole Future interpreted would give up the
+  compiled step and callbacks that make corun fast.
+* Hand out asyncio's own futures from ``create_future``. Then a task waiting
+  on one runs asyncio's callbacks and wake-ups, not corun's, and the
+  accounting that tasks and the observer rely on is gone.
+* ``__class__``, as ``unittest.mock`` does for ``spec``: ``isinstance`` asks
+  an object for its ``__class__`` when its type does not match. A property
+  here answers ``asyncio.Future`` (``asyncio.Task`` for tasks), so the
+  check passes, while ``type(fut)`` is still corun's and every corun code
+  path is unchanged. It costs nothing on the hot path: only ``isinstance``
+  against a class corun does not derive from, and ``isfuture``, read it.
+
+The last is the one chosen. What it changes: ``fut.__class__`` is asyncio's
+class (``type(fut)`` is the honest answer, and is what corun's reprs use).
 """
 
 from __future__ import annotations
@@ -11,6 +39,7 @@ import contextvars
 import sys
 import traceback
 from asyncio import AbstractEventLoop, CancelledError, InvalidStateError, get_event_loop
+from asyncio import Future as AsyncioFuture
 from collections.abc import Callable
 from types import GenericAlias, TracebackType
 from typing import Any, Final, cast, final
@@ -32,6 +61,8 @@ PENDING: Final = "PENDING"
 CANCELLED: Final = "CANCELLED"
 FINISHED: Final = "FINISHED"
 
+_ASYNCIO_FUTURE: Final[type[Any]] = AsyncioFuture
+
 # Python 3.12 turned StopIteration given to set_exception() into a RuntimeError
 # raised from it; 3.11 refuses it with a TypeError. Behave like the running Python.
 _STOPITERATION_TO_RUNTIMEERROR: Final = sys.version_info >= (3, 12)
@@ -45,7 +76,7 @@ _STOPITERATION_MESSAGE: Final = (
 # __weakref__ slot, and its dealloc does not clear weak references (a crash
 # on Python 3.11). Future[int] still works at run time (__class_getitem__).
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Future:
+class FutureCore:
     """A result that will be available later, bound to one event loop.
 
     Not thread-safe: use ``loop.call_soon_threadsafe`` to complete it from
@@ -102,6 +133,11 @@ class Future:
     def __class_getitem__(cls, item: object) -> GenericAlias:
         """``Future[int]`` in annotations evaluated at run time."""
         return GenericAlias(cls, item)
+
+    @property  # type: ignore[misc]  # a read-only __class__: see the module docstring
+    def __class__(self) -> type[Any]:
+        """``asyncio.Future``, so that ``isinstance(fut, asyncio.Future)`` holds."""
+        return _ASYNCIO_FUTURE
 
     # --- reporting ---------------------------------------------------------
 
@@ -336,7 +372,7 @@ class Future:
 
 # A compiled static: a name imported from an interpreted module is looked up
 # in this module's dict on every use. See corun.runtime.engine.interpreted_await for why.
-_RESULT_OF: Final[Callable[[Future], Any]] = interpreted_await.result_of
+_RESULT_OF: Final[Callable[[FutureCore], Any]] = interpreted_await.result_of
 _StopIteration: Final = StopIteration  # a static: mypyc looks builtins up by name
 
 
@@ -378,8 +414,8 @@ class FutureIter:
 
     __slots__ = ("_future",)
 
-    def __init__(self, future: Future) -> None:
-        self._future: Future | None = future
+    def __init__(self, future: FutureCore) -> None:
+        self._future: FutureCore | None = future
 
     def __iter__(self) -> FutureIter:
         return self
@@ -433,7 +469,7 @@ def set_result_unless_cancelled(future: Any, result: object) -> None:
         future.set_result(result)
 
 
-def add_callback(future: Future, fn: _Callback, context: contextvars.Context) -> None:
+def add_callback(future: FutureCore, fn: _Callback, context: contextvars.Context) -> None:
     """Register ``fn`` on ``future``, which is pending.
 
     A function rather than a method: tasks call it on the futures (and tasks)

@@ -11,16 +11,22 @@ dealloc before the compiled one runs. That slot is all this class adds (and
 ``Generic``, for ``Task[int]`` in annotations); the implementation,
 ``TaskCore`` in ``task_core.py``, stays compiled, and ``__slots__`` keeps
 instances free of a ``__dict__``: an idle task costs one pointer more than
-the compiled core. ``tests/test_task_lifecycle.py`` creates and frees
-millions of tasks, weakly referenced by asyncio, to prove it.
+the compiled core. ``tests/runtime/test_task_lifecycle.py`` creates and
+frees millions of tasks, weakly referenced by asyncio, to prove it.
 
-This module is never compiled (see ``setup.py``).
+It also derives from the public ``Future`` (``interpreted_future.py``), so
+that a task is a ``corun.Future`` and takes attributes of the program's own
+as that class does, with no dict pointer per task.
+
+Deliberately not compiled (setup.py compiles every module in ``engine/`` but
+those named ``interpreted_*``).
 """
 
 from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.task_core import TaskCore
 
 _T = TypeVar("_T")
@@ -30,7 +36,7 @@ _T = TypeVar("_T")
 _SLOTS: tuple[str, ...] = () if hasattr(TaskCore, "__weakref__") else ("__weakref__",)
 
 
-class Task(TaskCore, Generic[_T]):
+class Task(TaskCore, Future, Generic[_T]):
     """A coroutine wrapped in a Future, run by the event loop.
 
     Create tasks with ``loop.create_task()`` or ``asyncio.create_task()``

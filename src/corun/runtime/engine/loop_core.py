@@ -57,9 +57,10 @@ from mypy_extensions import mypyc_attr
 from corun.runtime._constants import logger
 from corun.runtime.engine.epoll import EpollIO
 from corun.runtime.engine.formatting import DEBUG_STACK_DEPTH
-from corun.runtime.engine.futures import Future, set_result_unless_cancelled
+from corun.runtime.engine.futures import FutureCore, set_result_unless_cancelled
 from corun.runtime.engine.handles import POLL_INTERVAL, Handle, LoopBase
 from corun.runtime.engine.instruments import Instrument
+from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.interpreted_task import Task
 from corun.runtime.engine.task_core import TaskCore, init_task, task_step
 from corun.runtime.engine.timers import TimerHandle, TimerQueue
@@ -79,6 +80,7 @@ _TaskFactory = Callable[..., Any]
 # A compiled static: a class imported from an interpreted module is otherwise
 # looked up in this module's dict on every use.
 _TASK: Final[type[Task[Any]]] = Task
+_FUTURE: Final[type[Future]] = Future
 
 # mypyc looks builtins up by name on every use; a Final alias is a C static.
 _callable: Final = callable
@@ -375,12 +377,16 @@ class LoopCore(LoopBase):
     def _run_once(self) -> None:
         ready = self._ready
         timers = self._timers
+        # A time() replaced on the instance (mock.patch.object(loop, "time"),
+        # as tests across the ecosystem do) decides which timers are due, as
+        # on asyncio's loop; otherwise the clock seam, without a dispatch.
+        clock = self._clock if self._plain_timers else self.time
         deadline = timers.next_deadline()
         timeout: float | None
         if ready or self._stopping:
             timeout = 0.0
         elif deadline is not None:
-            timeout = deadline - self._clock()
+            timeout = deadline - clock()
             if timeout < 0.0:
                 timeout = 0.0
         else:
@@ -398,7 +404,7 @@ class LoopCore(LoopBase):
             _check_io(self, timeout, ready)
 
         if deadline is not None:
-            timers.pop_due(self._clock() + self._clock_resolution, ready)
+            timers.pop_due(clock() + self._clock_resolution, ready)
 
         # Run only what is ready now; what these callbacks schedule waits
         # for the next iteration.
@@ -492,7 +498,7 @@ class LoopCore(LoopBase):
 
     def call_at(
         self,
-        when: float,
+        when: Any,
         callback: Callable[..., object],
         *args: Any,
         context: contextvars.Context | None = None,
@@ -500,7 +506,12 @@ class LoopCore(LoopBase):
         """Run ``callback(*args)`` at ``when`` on the loop's clock (``loop.time()``)."""
         if when is None:
             raise TypeError("when cannot be None")
-        return _add_timer(self, when, callback, args, context)
+        # Typed Any, not float: compiled, a float parameter would turn 7591
+        # into 7591.0, and asyncio hands back what it was given.
+        timer = _add_timer(self, float(when), callback, args, context)
+        if type(when) is not float:
+            timer._given = when
+        return timer
 
     # --- the self-pipe -------------------------------------------------------
 
@@ -532,7 +543,10 @@ class LoopCore(LoopBase):
 
     def create_future(self) -> Future:
         """A new corun Future bound to this loop."""
-        return Future(loop=as_asyncio_loop(self))
+        # As create_task: no keyword arguments through the interpreted class.
+        future = _FUTURE.__new__(_FUTURE)
+        FutureCore.__init__(future, loop=as_asyncio_loop(self))
+        return future
 
     def create_task(
         self,
@@ -604,10 +618,11 @@ class LoopCore(LoopBase):
         fileno = _fileobj_to_fd(fd)
         self._ensure_fd_no_transport(fileno)
         self._add_reader(fileno, callback, *args)
+        self._io.remember(fileno, fd)
 
     def remove_reader(self, fd: FileDescriptorLike) -> bool:
         """Stop watching ``fd`` for reading; True if a reader was registered."""
-        fileno = _fileobj_to_fd(fd)
+        fileno = self._registered_fd(fd)
         self._ensure_fd_no_transport(fileno)
         return self._remove_reader(fileno)
 
@@ -619,12 +634,23 @@ class LoopCore(LoopBase):
         fileno = _fileobj_to_fd(fd)
         self._ensure_fd_no_transport(fileno)
         self._add_writer(fileno, callback, *args)
+        self._io.remember(fileno, fd)
 
     def remove_writer(self, fd: FileDescriptorLike) -> bool:
         """Stop watching ``fd`` for writing; True if a writer was registered."""
-        fileno = _fileobj_to_fd(fd)
+        fileno = self._registered_fd(fd)
         self._ensure_fd_no_transport(fileno)
         return self._remove_writer(fileno)
+
+    def _registered_fd(self, fileobj: FileDescriptorLike) -> int:
+        """The fd of ``fileobj``; for one closed since it was registered, the fd it had then."""
+        try:
+            return _fileobj_to_fd(fileobj)
+        except ValueError:
+            fd = self._io.find(fileobj)
+            if fd < 0:
+                raise
+            return fd
 
     # The same without the transport check: for transports and socket
     # operations, which own their fds.
@@ -903,11 +929,15 @@ class LoopCore(LoopBase):
         """Whether debug mode is on."""
         return self._debug
 
-    def set_debug(self, enabled: bool) -> None:
-        """Turn debug mode on or off (slow-callback warnings, thread checks, tracebacks)."""
-        self._debug = enabled
+    def set_debug(self, enabled: object) -> None:
+        """Turn debug mode on or off (slow-callback warnings, thread checks, tracebacks).
+
+        Any truthy value turns it on, as with asyncio (aiohttp's tests pass 1).
+        """
+        on = bool(enabled)
+        self._debug = on
         if self.is_running():
-            self.call_soon_threadsafe(self._set_coroutine_origin_tracking, enabled)
+            self.call_soon_threadsafe(self._set_coroutine_origin_tracking, on)
 
     def _set_coroutine_origin_tracking(self, enabled: bool) -> None:
         if bool(enabled) == self._coroutine_origin_tracking_enabled:

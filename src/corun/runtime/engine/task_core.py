@@ -28,6 +28,7 @@ import linecache
 import sys
 import traceback
 from asyncio import AbstractEventLoop, CancelledError, InvalidStateError, iscoroutine
+from asyncio import Task as AsyncioTask
 from asyncio import tasks as _asyncio_tasks
 from collections.abc import Callable, Coroutine, Generator
 from types import CoroutineType, FrameType
@@ -36,7 +37,7 @@ from typing import IO, Any, Final, cast
 from mypy_extensions import mypyc_attr
 
 from corun.runtime.engine.formatting import format_coroutine
-from corun.runtime.engine.futures import FINISHED, PENDING, Future, add_callback
+from corun.runtime.engine.futures import FINISHED, PENDING, FutureCore, add_callback
 from corun.runtime.engine.handles import LoopBase, call_soon
 from corun.runtime.engine.instruments import NO_INSTRUMENTS, Instruments
 
@@ -48,6 +49,7 @@ _register_task: Final[Callable[[Any], None]] = _asyncio_tasks._register_task
 # Compiled statics: mypyc looks a builtin or an imported name up by name on
 # every use, and these are used on every task or step.
 _COROUTINE_TYPE: Final[type[Any]] = CoroutineType
+_ASYNCIO_TASK: Final[type[Any]] = AsyncioTask
 _StopIteration: Final = StopIteration
 _enter_task: Final[Callable[[AbstractEventLoop, Any], None]] = _asyncio_tasks._enter_task
 _leave_task: Final[Callable[[AbstractEventLoop, Any], None]] = _asyncio_tasks._leave_task
@@ -85,7 +87,7 @@ def _drop_own_frame(exc: BaseException) -> None:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class TaskCore(Future):
+class TaskCore(FutureCore):
     """The implementation of ``corun.Task``: a coroutine wrapped in a Future.
 
     Not used directly; ``corun.Task`` subclasses it.
@@ -126,6 +128,11 @@ class TaskCore(Future):
                 context["source_traceback"] = self._source_traceback
             self._loop.call_exception_handler(context)
         super().__del__()
+
+    @property  # type: ignore[misc]  # see futures.py: "Passing isinstance(fut, asyncio.Future)"
+    def __class__(self) -> type[Any]:
+        """``asyncio.Task``, so that ``isinstance(task, asyncio.Task)`` holds."""
+        return _ASYNCIO_TASK
 
     def _repr_info(self) -> list[str]:
         info = super()._repr_info()
@@ -289,7 +296,7 @@ def init_task(
     Task class with keyword arguments packs them into a dict and unpacks them
     again, which cost more than the rest of creating the task.
     """
-    Future.__init__(task, loop=loop)
+    FutureCore.__init__(task, loop=loop)
     # The exact type first: asyncio.iscoroutine() is an interpreted function.
     if type(coro) is not _COROUTINE_TYPE and not iscoroutine(coro):
         # The task never ran; don't log that it was destroyed pending.
@@ -353,27 +360,27 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
             if task._must_cancel:
                 # The task was cancelled while running its last step.
                 task._must_cancel = False
-                Future.cancel(task, msg=task._cancel_message)
+                FutureCore.cancel(task, msg=task._cancel_message)
             else:
-                Future.set_result(task, stop.value)
+                FutureCore.set_result(task, stop.value)
         except CancelledError as cancelled:
             exc = None
             _drop_own_frame(cancelled)
             task._cancelled_exc = cancelled  # re-raised by result() with its traceback
-            Future.cancel(task)
+            FutureCore.cancel(task)
         except (KeyboardInterrupt, SystemExit) as error:
             exc = None
-            Future.set_exception(task, error)
+            FutureCore.set_exception(task, error)
             raise
         except BaseException as error:
             exc = None
             _drop_own_frame(error)
-            Future.set_exception(task, error)
+            FutureCore.set_exception(task, error)
         else:
             if result is None:
                 # A bare yield (asyncio.sleep(0)): run again on the next iteration.
                 schedule_step(task, None)
-            elif isinstance(result, Future) and result._loop is loop:
+            elif isinstance(result, FutureCore) and result._loop is loop:
                 # corun's own future or task (the common case): its fields
                 # are read directly instead of through generic calls, as
                 # asyncio's C Task does for its own Future. (A subclass
@@ -449,7 +456,7 @@ def _handle_yield(task: TaskCore, result: Any) -> None:
 
 def task_wakeup(task: TaskCore, future: Any) -> None:
     """Resume ``task`` now that ``future``, which it waited on, is done."""
-    if isinstance(future, Future) and future._state == FINISHED and future._exception is None:
+    if isinstance(future, FutureCore) and future._state == FINISHED and future._exception is None:
         # The common case, without raising and catching anything.
         task_step(task, None)
         return

@@ -34,7 +34,7 @@ CANCELLED_FRACTION_FOR_COMPACTION: Final = 0.5
 class TimerHandle(Handle):
     """A callback scheduled for a point in time, returned by ``call_later`` and ``call_at``."""
 
-    __slots__ = ("_queue", "_seq", "_when")
+    __slots__ = ("_given", "_queue", "_seq", "_when")
 
     def __init__(
         self,
@@ -46,6 +46,10 @@ class TimerHandle(Handle):
     ) -> None:
         super().__init__(callback, args, loop, context)
         self._when: float = when
+        # What call_at() was given when it was not a float (an int, say):
+        # when() hands it back, as asyncio does. None otherwise, so that the
+        # float need not be boxed again on call_later's path.
+        self._given: object = None
         # The tie-breaker for timers due at the same instant (set by push).
         self._seq: int = 0
         # Invariant: _queue is the TimerQueue whose heap holds this handle, or
@@ -54,7 +58,7 @@ class TimerHandle(Handle):
 
     def _repr_info(self) -> list[str]:
         info = super()._repr_info()
-        info.insert(2 if self._cancelled else 1, f"when={self._when}")
+        info.insert(2 if self._cancelled else 1, f"when={self.when()}")
         return info
 
     def __hash__(self) -> int:
@@ -90,9 +94,13 @@ class TimerHandle(Handle):
             )
         return NotImplemented
 
-    def when(self) -> float:
-        """The absolute time, on the loop's clock, the callback is scheduled for."""
-        return self._when
+    def when(self) -> Any:
+        """The absolute time, on the loop's clock, the callback is scheduled for.
+
+        What ``call_at`` was given (an int stays an int, as in asyncio).
+        """
+        given = self._given
+        return self._when if given is None else given
 
     def cancel(self) -> None:
         """Cancel the timer; it is dropped from the heap lazily."""

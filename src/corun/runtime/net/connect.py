@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from corun.runtime._constants import logger
-from corun.runtime.engine.futures import Future
+from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.loop_core import LoopCore, as_asyncio_loop
 from corun.runtime.net.dns import AddrInfo, ensure_resolved
-from corun.runtime.net.sockets import check_not_ssl_socket, sock_connect
+from corun.runtime.net.sockets import check_not_ssl_socket, check_unix_stream_socket, sock_connect
 from corun.runtime.transports.datagram import DatagramTransport
 from corun.runtime.transports.stream import StreamTransport
 from corun.runtime.transports.tls import TLSProtocol, default_client_context
@@ -312,8 +312,7 @@ async def create_unix_connection(
     else:
         if sock is None:
             raise ValueError("no path and sock were specified")
-        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
-            raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+        check_unix_stream_socket(sock)
         sock.setblocking(False)
     return await connect_transport(
         loop,

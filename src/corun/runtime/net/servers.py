@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from corun.runtime._constants import logger
-from corun.runtime.engine.futures import Future
+from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.loop_core import LoopCore, as_asyncio_loop
 from corun.runtime.net.connect import make_tls_transport, set_reuseport
 from corun.runtime.net.dns import ensure_resolved
-from corun.runtime.net.sockets import check_not_ssl_socket
+from corun.runtime.net.sockets import check_not_ssl_socket, check_unix_stream_socket
 from corun.runtime.transports.stream import StreamTransport
 
 # Python 3.12.1 made wait_closed() wait for the connections of a closed server.
@@ -450,8 +450,7 @@ async def create_unix_server(
     else:
         if sock is None:
             raise ValueError("path was not specified, and no sock specified")
-        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
-            raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+        check_unix_stream_socket(sock)
     sock.setblocking(False)
     server = Server(
         loop, [sock], protocol_factory, ssl, backlog, ssl_handshake_timeout, ssl_shutdown_timeout

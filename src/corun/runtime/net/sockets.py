@@ -22,8 +22,8 @@ from asyncio import SendfileNotAvailableError
 from collections.abc import Callable
 from typing import Any, Final
 
-from corun.runtime.engine.futures import Future
 from corun.runtime.engine.handles import Handle
+from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.loop_core import LoopCore
 from corun.runtime.net.dns import ensure_resolved
 
@@ -31,6 +31,12 @@ from corun.runtime.net.dns import ensure_resolved
 SENDFILE_FALLBACK_CHUNK: Final = 256 * 1024
 # sendfile(2) refuses this pair of fds (not a regular file, an unsupported socket).
 _SENDFILE_UNSUPPORTED: Final = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+
+def check_unix_stream_socket(sock: socket.socket) -> None:
+    """Raise asyncio's ValueError unless ``sock`` is a Unix stream socket."""
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+        raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
 
 
 def check_not_ssl_socket(sock: socket.socket) -> None:
