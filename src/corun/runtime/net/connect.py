@@ -105,6 +105,8 @@ async def connect_transport(
     except BaseException:
         transport.close()
         raise
+    finally:
+        del waiter  # it holds the exception, whose traceback holds this frame
     return transport, protocol
 
 
@@ -180,6 +182,9 @@ async def _connect_sock(
         if sock is not None:
             sock.close()
         raise
+    finally:
+        # The lists hold the exception, whose traceback holds this frame.
+        del mine, exceptions
 
 
 async def create_connection(
@@ -237,7 +242,7 @@ async def create_connection(
                 except OSError:
                     continue
         else:
-            sock, _, _ = await staggered.staggered_race(
+            sock, _, raced = await staggered.staggered_race(
                 (
                     functools.partial(_connect_sock, loop, exceptions, addr_info, laddr_infos)
                     for addr_info in infos
@@ -245,6 +250,9 @@ async def create_connection(
                 happy_eyeballs_delay,
                 loop=as_asyncio_loop(loop),
             )
+            # asyncio's race keeps the errors in this list, which its frames
+            # (in the errors' tracebacks) hold: a cycle. Ours are in exceptions.
+            raced.clear()
         if sock is None:
             errors = [exc for attempt in exceptions for exc in attempt]
             try:
@@ -259,9 +267,10 @@ async def create_connection(
                     "Multiple exceptions: {}".format(", ".join(str(exc) for exc in errors))
                 )
             finally:
-                # The exceptions' tracebacks reference this frame.
-                errors = []
-                exceptions = []
+                # The exceptions' tracebacks reference this frame, and the
+                # attempts (which the race still holds) reference these lists.
+                errors.clear()
+                exceptions.clear()
     else:
         if sock is None:
             raise ValueError("host and port was not specified and no sock specified")

@@ -63,33 +63,30 @@ def _writer_done(loop: LoopCore, fd: int, handle: Handle, fut: Future) -> None:
 async def _wait_fd(
     loop: LoopCore, sock: socket.socket, writable: bool, callback: Callable[..., None], *args: Any
 ) -> Any:
-    """Await ``callback(fut, sock, *args)``, called whenever ``sock`` is ready, completing ``fut``.
+    """Await ``fut``, which ``callback(fut, *args)``, called whenever ``sock`` is ready, completes.
 
     The registration goes when ``fut`` is done, however that happens
-    (completed, failed, or cancelled with the awaiting task).
+    (completed, failed, or cancelled with the awaiting task). The handle
+    calls ``callback`` directly: a frame between them would outlive an
+    error, through the traceback, and hold the future, which holds the error.
     """
-    fut: Future = loop.create_future()
+    fut: Future | None = loop.create_future()
+    assert fut is not None
     fd = sock.fileno()
     loop._ensure_fd_no_transport(fd)
+    handle: Handle | None
     if writable:
-        handle = loop._add_writer(fd, callback, fut, sock, *args)
+        handle = loop._add_writer(fd, callback, fut, *args)
         fut.add_done_callback(functools.partial(_writer_done, loop, fd, handle))
     else:
-        handle = loop._add_reader(fd, callback, fut, sock, *args)
+        handle = loop._add_reader(fd, callback, fut, *args)
         fut.add_done_callback(functools.partial(_reader_done, loop, fd, handle))
-    return await fut
-
-
-async def _wait_readable(
-    loop: LoopCore, sock: socket.socket, callback: Callable[..., None], *args: Any
-) -> Any:
-    return await _wait_fd(loop, sock, False, callback, *args)
-
-
-async def _wait_writable(
-    loop: LoopCore, sock: socket.socket, callback: Callable[..., None], *args: Any
-) -> Any:
-    return await _wait_fd(loop, sock, True, callback, *args)
+    try:
+        return await fut
+    finally:
+        # The exception's traceback holds this frame; the future and the
+        # handle's arguments hold the exception: break the cycle.
+        fut = handle = None
 
 
 def _complete(fut: Future, call: Callable[..., Any], *args: Any) -> None:
@@ -104,12 +101,11 @@ def _complete(fut: Future, call: Callable[..., Any], *args: Any) -> None:
         raise
     except BaseException as exc:
         fut.set_exception(exc)
+        # The exception's traceback holds this frame, which holds the future
+        # and the arguments; forget them, or the exception is in a cycle.
+        del fut, args
     else:
         fut.set_result(result)
-
-
-def _on_readable(fut: Future, sock: socket.socket, method: str, *args: Any) -> None:
-    _complete(fut, getattr(sock, method), *args)
 
 
 async def _receive(loop: LoopCore, sock: socket.socket, method: str, *args: Any) -> Any:
@@ -119,7 +115,7 @@ async def _receive(loop: LoopCore, sock: socket.socket, method: str, *args: Any)
         return getattr(sock, method)(*args)
     except (BlockingIOError, InterruptedError):
         pass
-    return await _wait_readable(loop, sock, _on_readable, method, *args)
+    return await _wait_fd(loop, sock, False, _complete, getattr(sock, method), *args)
 
 
 async def sock_recv(loop: LoopCore, sock: socket.socket, nbytes: int) -> bytes:
@@ -162,6 +158,7 @@ def _on_sendall_writable(
         raise
     except BaseException as exc:
         fut.set_exception(exc)
+        del fut  # see _complete
         return
     start += sent
     if start == len(view):
@@ -180,7 +177,7 @@ async def sock_sendall(loop: LoopCore, sock: socket.socket, data: Any) -> None:
     view = memoryview(data).cast("B")
     if sent == len(view):
         return
-    await _wait_writable(loop, sock, _on_sendall_writable, view, [sent])
+    await _wait_fd(loop, sock, True, _on_sendall_writable, sock, view, [sent])
 
 
 async def sock_sendto(loop: LoopCore, sock: socket.socket, data: Any, address: Any) -> int:
@@ -190,29 +187,14 @@ async def sock_sendto(loop: LoopCore, sock: socket.socket, data: Any, address: A
         return sock.sendto(data, address)
     except (BlockingIOError, InterruptedError):
         pass
-    result: int = await _wait_writable(loop, sock, _on_sendto_writable, data, address)
+    result: int = await _wait_fd(loop, sock, True, _complete, sock.sendto, data, address)
     return result
 
 
-def _on_sendto_writable(fut: Future, sock: socket.socket, data: Any, address: Any) -> None:
-    _complete(fut, sock.sendto, data, address)
-
-
-def _on_connect_writable(fut: Future, sock: socket.socket, address: Any) -> None:
-    if fut.done():
-        return
-    try:
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err != 0:
-            raise OSError(err, f"Connect call failed {address}")
-    except (BlockingIOError, InterruptedError):
-        return  # spurious wakeup: still connecting
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except BaseException as exc:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(None)
+def _connect_result(sock: socket.socket, address: Any) -> None:
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err != 0:
+        raise OSError(err, f"Connect call failed {address}")
 
 
 async def sock_connect(loop: LoopCore, sock: socket.socket, address: Any) -> None:
@@ -229,7 +211,7 @@ async def sock_connect(loop: LoopCore, sock: socket.socket, address: Any) -> Non
     except (BlockingIOError, InterruptedError):
         pass
     try:
-        await _wait_writable(loop, sock, _on_connect_writable, address)
+        await _wait_fd(loop, sock, True, _complete, _connect_result, sock, address)
     finally:
         # The future holds the exception, whose traceback holds this frame.
         address = None
@@ -241,10 +223,6 @@ def _accept(sock: socket.socket) -> tuple[socket.socket, Any]:
     return conn, address
 
 
-def _on_accept_readable(fut: Future, sock: socket.socket) -> None:
-    _complete(fut, _accept, sock)
-
-
 async def sock_accept(loop: LoopCore, sock: socket.socket) -> tuple[socket.socket, Any]:
     """Accept a connection; return ``(conn, address)``, ``conn`` non-blocking."""
     _check_socket(loop, sock)
@@ -254,7 +232,7 @@ async def sock_accept(loop: LoopCore, sock: socket.socket) -> tuple[socket.socke
         return conn, address
     except (BlockingIOError, InterruptedError):
         pass
-    result: tuple[socket.socket, Any] = await _wait_readable(loop, sock, _on_accept_readable)
+    result: tuple[socket.socket, Any] = await _wait_fd(loop, sock, False, _complete, _accept, sock)
     return result
 
 
@@ -322,11 +300,13 @@ def _on_sendfile_writable(fut: Future, sock: socket.socket, state: _SendfileStat
                 fut.set_exception(SendfileNotAvailableError("os.sendfile() is not supported here"))
             else:
                 fut.set_exception(exc)
+            del fut  # see _complete
             return
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
             fut.set_exception(exc)
+            del fut  # see _complete
             return
         if sent == 0:
             break  # end of file
