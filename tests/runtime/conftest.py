@@ -27,3 +27,36 @@ def payload_file(tmp_path: Path) -> tuple[Path, bytes]:
     path = tmp_path / "payload.bin"
     path.write_bytes(data)
     return path, data
+
+
+# The modules whose tests run with blockbuster watching corun's own calls
+# (issue: "a loop should never block"): any blocking call made from a corun
+# frame on the loop's thread fails the test, as it would in anyio's and
+# aiohttp's own suites, which run blockbuster.
+_WATCHED_FOR_BLOCKING = {
+    "test_sockets",
+    "test_connect",
+    "test_servers",
+    "test_unix_sockets",
+    "test_datagrams",
+    "test_transports",
+    "test_sendfile",
+    "test_dns",
+    "test_faults",
+    "test_streams",
+    "test_pipes",
+    "test_subprocess",
+    "test_tls",
+    "test_aiohttp",
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_blocking_calls(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.module.__name__.rsplit(".", 1)[-1] not in _WATCHED_FOR_BLOCKING:
+        yield
+        return
+    from blockbuster import blockbuster_ctx
+
+    with blockbuster_ctx("corun"):
+        yield

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -189,6 +190,14 @@ def test_close_after_exit_does_not_kill(loop):
     assert transport.get_returncode() == 0
 
 
+def children() -> set[int]:
+    """This process's children, zombies included (from /proc)."""
+    pids: set[int] = set()
+    for path in Path("/proc/self/task").glob("*/children"):
+        pids.update(int(pid) for pid in path.read_text().split())
+    return pids
+
+
 def test_cancelled_subprocess_exec_kills_the_child(loop):
     pids = []
 
@@ -198,17 +207,35 @@ def test_cancelled_subprocess_exec_kills_the_child(loop):
 
     async def main():
         task = asyncio.ensure_future(loop.subprocess_exec(Proto, *SLEEP))
-        await asyncio.sleep(0)  # spawned; the protocol is not connected yet
+        # Spawned (on corun, by a thread of its own), and the protocol is not
+        # connected yet: connection_made is scheduled after the pipes connect.
+        while not pids and not children():
+            await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(5):
-            await asyncio.sleep(0)
 
+    before = children()
     run(loop, main())
-    assert len(pids) == 1
-    with pytest.raises(ChildProcessError):
-        os.waitpid(pids[0], os.WNOHANG)  # reaped: not left running or as a zombie
+    # When CancelledError arrives, the child is gone: not left running, nor
+    # as a zombie (which would still be listed as a child).
+    assert children() == before
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_exec_cancelled_while_spawning_leaves_no_child(loop):
+    async def main():
+        task = asyncio.ensure_future(loop.subprocess_exec(asyncio.SubprocessProtocol, *SLEEP))
+        await asyncio.sleep(0)  # corun: the spawn thread may still be forking
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    before = children()
+    run(loop, main())
+    assert children() == before
 
 
 def test_unclosed_transport_warns(loop):
@@ -601,6 +628,10 @@ def test_no_sigchld_handler_and_no_threads(loop):
     async def main():
         proc = await asyncio.create_subprocess_exec(*SLEEP_READY, stdout=PIPE)
         await proc.stdout.readline()
+        # The thread that spawned the child ends once it handed the child over.
+        deadline = loop.time() + 5
+        while set(threading.enumerate()) - threads_before and loop.time() < deadline:
+            await asyncio.sleep(0.001)
         new_threads = set(threading.enumerate()) - threads_before
         seen.append((signal.getsignal(signal.SIGCHLD), new_threads))
         proc.kill()

@@ -21,7 +21,6 @@ import itertools
 import os
 import socket
 import ssl as ssl_module
-import stat
 from asyncio import staggered
 from collections.abc import Callable, Iterable
 from typing import Any, Final
@@ -30,7 +29,12 @@ from corun.runtime._constants import logger
 from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.loop_core import LoopCore, as_asyncio_loop
 from corun.runtime.net.dns import AddrInfo, ensure_resolved
-from corun.runtime.net.sockets import check_not_ssl_socket, check_unix_stream_socket, sock_connect
+from corun.runtime.net.sockets import (
+    check_not_ssl_socket,
+    check_unix_stream_socket,
+    remove_stale_unix_socket,
+    sock_connect,
+)
 from corun.runtime.transports.datagram import DatagramTransport
 from corun.runtime.transports.stream import StreamTransport
 from corun.runtime.transports.tls import TLSProtocol, default_client_context
@@ -422,15 +426,7 @@ async def create_datagram_endpoint(
                 if addr is not None and not isinstance(addr, (str, bytes)):
                     raise TypeError("string is expected")
             if local_addr and local_addr[0] not in (0, "\x00"):
-                try:
-                    if stat.S_ISSOCK(os.stat(local_addr).st_mode):
-                        os.remove(local_addr)
-                except FileNotFoundError:
-                    pass
-                except OSError as err:
-                    logger.error(
-                        "Unable to check or remove stale UNIX socket %r: %r", local_addr, err
-                    )
+                await remove_stale_unix_socket(loop, local_addr)
             addr_pairs_info = [((family, proto), (local_addr, remote_addr))]
         else:
             # Join local and remote addresses into pairs by (family, proto).

@@ -20,7 +20,6 @@ import errno
 import itertools
 import os
 import socket
-import stat
 import sys
 import weakref
 from asyncio import trsock
@@ -32,7 +31,11 @@ from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.loop_core import LoopCore, as_asyncio_loop
 from corun.runtime.net.connect import make_tls_transport, set_reuseport
 from corun.runtime.net.dns import ensure_resolved
-from corun.runtime.net.sockets import check_not_ssl_socket, check_unix_stream_socket
+from corun.runtime.net.sockets import (
+    check_not_ssl_socket,
+    check_unix_stream_socket,
+    remove_stale_unix_socket,
+)
 from corun.runtime.transports.stream import StreamTransport
 
 # Python 3.12.1 made wait_closed() wait for the connections of a closed server.
@@ -430,13 +433,7 @@ async def create_unix_server(
         path = os.fspath(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if path[0] not in (0, "\x00"):  # not an abstract socket
-            try:
-                if stat.S_ISSOCK(os.stat(path).st_mode):
-                    os.remove(path)
-            except FileNotFoundError:
-                pass
-            except OSError as err:
-                logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
+            await remove_stale_unix_socket(loop, path)
         try:
             sock.bind(path)
         except OSError as exc:

@@ -13,18 +13,21 @@ still the one this operation created (registering a new one cancels the old).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import functools
 import os
 import socket
 import ssl
+import stat
 from asyncio import SendfileNotAvailableError
 from collections.abc import Callable
 from typing import Any, Final
 
+from corun.runtime._constants import logger
 from corun.runtime.engine.handles import Handle
 from corun.runtime.engine.interpreted_future import Future
-from corun.runtime.engine.loop_core import LoopCore
+from corun.runtime.engine.loop_core import LoopCore, as_asyncio_loop
 from corun.runtime.net.dns import ensure_resolved
 
 #: How much sock_sendfile's fallback reads per chunk.
@@ -37,6 +40,25 @@ def check_unix_stream_socket(sock: socket.socket) -> None:
     """Raise asyncio's ValueError unless ``sock`` is a Unix stream socket."""
     if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
         raise ValueError(f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+
+
+def _remove_stale_socket_file(path: str | bytes) -> None:
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        logger.error("Unable to check or remove stale UNIX socket %r: %r", path, err)
+
+
+async def remove_stale_unix_socket(loop: LoopCore, path: str | bytes) -> None:
+    """Remove a socket file left at ``path`` by an earlier server, as asyncio does.
+
+    In the executor: a path lookup can block (a slow disk, a network file
+    system), and the loop must not.
+    """
+    await as_asyncio_loop(loop).run_in_executor(None, _remove_stale_socket_file, path)
 
 
 def check_not_ssl_socket(sock: socket.socket) -> None:
@@ -263,84 +285,59 @@ def check_file_params(file: Any, offset: object, count: object) -> None:
         raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
 
 
-def _file_fd_and_size(file: Any) -> tuple[int, int]:
-    try:
-        fileno = file.fileno()
-    except (AttributeError, OSError) as exc:
-        raise SendfileNotAvailableError("not a regular file") from exc
-    try:
-        size = os.fstat(fileno).st_size
-    except OSError:
-        raise SendfileNotAvailableError("not a regular file") from None
-    return fileno, size
+#: The most one os.sendfile() call is asked for (Linux sends at most this much).
+_SENDFILE_MAX: Final = 0x7FFFF000
 
 
-class _SendfileState:
-    """Progress of one native sendfile, shared with its writable callback."""
-
-    __slots__ = ("count", "fileno", "offset", "sent")
-
-    def __init__(self, fileno: int, offset: int, count: int) -> None:
-        self.fileno = fileno
-        self.offset = offset
-        self.count = count  # bytes still to send
-        self.sent = 0
-
-
-def _on_sendfile_writable(fut: Future, sock: socket.socket, state: _SendfileState) -> None:
-    if fut.done():
-        return
-    while state.count > 0:
-        try:
-            sent = os.sendfile(sock.fileno(), state.fileno, state.offset, state.count)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            if state.sent == 0 and exc.errno in _SENDFILE_UNSUPPORTED:
-                fut.set_exception(SendfileNotAvailableError("os.sendfile() is not supported here"))
-            else:
-                fut.set_exception(exc)
-            del fut  # see _complete
-            return
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            fut.set_exception(exc)
-            del fut  # see _complete
-            return
-        if sent == 0:
-            break  # end of file
-        state.offset += sent
-        state.count -= sent
-        state.sent += sent
-    fut.set_result(state.sent)
+def _nothing() -> None:
+    return None
 
 
 async def sock_sendfile_native(
     loop: LoopCore, sock: socket.socket, file: Any, offset: int, count: int | None
 ) -> int:
-    """Send a file with os.sendfile (zero-copy); SendfileNotAvailableError if it can't."""
-    fileno, size = _file_fd_and_size(file)
-    if offset >= size:
-        return 0
-    blocksize = size - offset if count is None else min(count, size - offset)
-    if blocksize <= 0:
-        return 0
-    state = _SendfileState(fileno, offset, blocksize)
-    fut: Future = loop.create_future()
-    _on_sendfile_writable(fut, sock, state)
+    """Send a file with os.sendfile (zero-copy); SendfileNotAvailableError if it can't.
+
+    ``os.sendfile`` reads the file, and a read from disk can block, so each
+    call runs in the loop's executor while the loop waits for the socket to
+    take more. There is no ``fstat`` for the size first: sendfile returns 0
+    at the end of the file. A cancelled call still lets the one in flight
+    finish before the socket is handed back, so that nothing is written to
+    it afterwards.
+    """
     try:
-        if not fut.done():
-            fd = sock.fileno()
-            loop._ensure_fd_no_transport(fd)
-            handle = loop._add_writer(fd, _on_sendfile_writable, fut, sock, state)
-            fut.add_done_callback(functools.partial(_writer_done, loop, fd, handle))
-        sent: int = await fut
+        fileno = file.fileno()
+    except (AttributeError, OSError) as exc:
+        raise SendfileNotAvailableError("not a regular file") from exc
+    sock_fd = sock.fileno()
+    sent = 0
+    try:
+        while count is None or sent < count:
+            want = _SENDFILE_MAX if count is None else min(count - sent, _SENDFILE_MAX)
+            job = loop.run_in_executor(None, os.sendfile, sock_fd, fileno, offset + sent, want)
+            try:
+                done = await asyncio.shield(job)
+            except (BlockingIOError, InterruptedError):
+                await _wait_fd(loop, sock, True, _complete, _nothing)
+                continue
+            except OSError as exc:
+                if sent == 0 and exc.errno in _SENDFILE_UNSUPPORTED:
+                    raise SendfileNotAvailableError("os.sendfile() is not supported here") from None
+                raise
+            except asyncio.CancelledError:
+                try:
+                    sent += await job
+                except Exception:
+                    pass
+                raise
+            if done == 0:
+                break  # end of the file
+            sent += done
         return sent
     finally:
-        if state.sent > 0:
+        if sent > 0:
             # As asyncio does: leave the file position after what was sent.
-            file.seek(offset + state.sent)
+            file.seek(offset + sent)
 
 
 async def sock_sendfile_fallback(

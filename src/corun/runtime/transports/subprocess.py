@@ -1,7 +1,9 @@
 """Subprocess transports: ``loop.subprocess_exec`` and ``loop.subprocess_shell``.
 
-The child is spawned with ``subprocess.Popen`` in the loop thread. Its stdio
-pipes are connected through ``loop.connect_write_pipe`` / ``connect_read_pipe``
+The child is spawned with ``subprocess.Popen`` on a thread of its own, which
+ends once the child runs: fork (milliseconds for a process with a large
+heap) and Popen's wait for the exec (an ``os.read`` on a status pipe) block,
+and the loop must not. Its stdio pipes are connected through ``loop.connect_write_pipe`` / ``connect_read_pipe``
 (``pipes.py``), and the protocol sees what asyncio's would, in the same order:
 ``connection_made``, then ``pipe_data_received`` / ``pipe_connection_lost``
 as the pipes deliver, ``process_exited`` once the child is reaped, and
@@ -50,6 +52,7 @@ left for the watcher (asyncio calls ``Popen.poll()``, which may reap it).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import threading
@@ -566,15 +569,19 @@ async def _make_subprocess_transport(
     bufsize: int,
     **kwargs: Any,
 ) -> SubprocessTransport:
-    proc: subprocess.Popen[bytes] = subprocess.Popen(
-        args,
-        shell=shell,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        universal_newlines=False,
-        bufsize=bufsize,
-        **kwargs,
+    proc = await _start_child(
+        loop,
+        functools.partial(
+            subprocess.Popen,
+            args,
+            shell=shell,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            universal_newlines=False,
+            bufsize=bufsize,
+            **kwargs,
+        ),
     )
     waiter: Future = loop.create_future()
     try:
@@ -593,6 +600,77 @@ async def _make_subprocess_transport(
         await transport._wait()
         raise
     return transport
+
+
+async def _start_child(
+    loop: LoopCore, popen: Callable[[], subprocess.Popen[Any]]
+) -> subprocess.Popen[Any]:
+    """``popen()`` on a thread that ends once the child runs (see the module docstring).
+
+    Cancelled meanwhile, it still lets the spawn finish, then kills and reaps
+    the child (off the loop's thread too) before it raises CancelledError: as
+    with asyncio, a cancelled ``subprocess_exec`` leaves no child behind.
+    """
+    started: Future = loop.create_future()
+    thread = threading.Thread(
+        target=_run_popen, args=(loop, started, popen), name="corun-spawn", daemon=True
+    )
+    thread.start()
+    try:
+        proc: subprocess.Popen[Any] = await asyncio.shield(started)
+        return proc
+    except asyncio.CancelledError:
+        try:
+            proc = await _through_cancellation(started)
+        except Exception:
+            raise asyncio.CancelledError from None  # the spawn failed: nothing to reap
+        reaped = as_asyncio_loop(loop).run_in_executor(None, _abandon, proc)
+        await _through_cancellation(reaped)
+        raise
+    finally:
+        del started  # it may hold the error, whose traceback holds this frame
+
+
+async def _through_cancellation(fut: Any) -> Any:
+    """Await ``fut`` to its end, however often the awaiting task is cancelled meanwhile."""
+    while True:
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if fut.done():
+                return fut.result()
+
+
+def _run_popen(loop: LoopCore, started: Future, popen: Callable[[], subprocess.Popen[Any]]) -> None:
+    try:
+        proc = popen()
+    except BaseException as exc:
+        _hand_over(loop, started, None, exc)
+        del started  # see _start_child
+    else:
+        _hand_over(loop, started, proc, None)
+
+
+def _hand_over(
+    loop: LoopCore,
+    started: Future,
+    proc: subprocess.Popen[Any] | None,
+    exc: BaseException | None,
+) -> None:
+    try:
+        loop.call_soon_threadsafe(_deliver_spawn, started, proc, exc)
+    except RuntimeError:  # the loop closed meanwhile: nobody will take the child
+        if proc is not None:
+            _abandon(proc)
+
+
+def _deliver_spawn(
+    started: Future, proc: subprocess.Popen[Any] | None, exc: BaseException | None
+) -> None:
+    if exc is not None:
+        started.set_exception(exc)
+    else:
+        started.set_result(proc)
 
 
 def _abandon(proc: subprocess.Popen[bytes]) -> None:
