@@ -48,6 +48,7 @@ _WATCHED_FOR_BLOCKING = {
     "test_subprocess",
     "test_tls",
     "test_aiohttp",
+    "test_https_proxy",
 }
 
 
