@@ -19,6 +19,7 @@ BENCHMARKS: Final = (
     "timers",
     "idle_tasks",
     "getaddrinfo",
+    "spawn",
     "echo",
     "http",
 )
@@ -137,6 +138,16 @@ def build_cases(*, quick: bool, duration: float | None = None) -> list[Case]:
             f"getaddrinfo 127.0.0.1 ({10_000 // scale:,} calls)",
             {"kind": "getaddrinfo", "n": 10_000 // scale, "host": "127.0.0.1", "port": 80},
             (_time_metric(None),),
+        ),
+        Case(
+            "spawn",
+            "spawn",
+            f"subprocess_exec /bin/true ({200 // scale} spawns, 512 MiB heap)",
+            {"kind": "spawn", "n": 200 // scale, "heap_mib": 512},
+            (
+                Metric("spawn_ms", "median spawn", "ms", False),
+                Metric("loop_blocked_ms", "longest loop stall", "ms", False),
+            ),
         ),
     ]
     sizes = [(1024, "1KiB")] if quick else [(1024, "1KiB"), (10240, "10KiB"), (102400, "100KiB")]

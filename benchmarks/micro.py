@@ -237,3 +237,59 @@ def getaddrinfo(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> Metr
     n, host, port = int(params["n"]), str(params["host"]), int(params["port"])
     _run_measured(loop, _getaddrinfo_main(loop, max(1, n // 10), host, port))
     return {"time_ms": _run_measured(loop, _getaddrinfo_main(loop, n, host, port)) * 1e3}
+
+
+# --------------------------------------------------------------------------- subprocess spawn
+
+
+class _Exit(asyncio.SubprocessProtocol):
+    def __init__(self, exited: asyncio.Future[None]) -> None:
+        self.exited = exited
+
+    def process_exited(self) -> None:
+        self.exited.set_result(None)
+
+
+async def _spawn_main(loop: asyncio.AbstractEventLoop, n: int, heap_mib: int) -> list[float]:
+    latencies = []
+    for _ in range(n):
+        exited = loop.create_future()
+        t0 = time.perf_counter()
+        transport, _ = await loop.subprocess_exec(
+            lambda: _Exit(exited), "/bin/true", stdin=None, stdout=None, stderr=None
+        )
+        latencies.append(time.perf_counter() - t0)  # until subprocess_exec returned
+        await exited
+        transport.close()
+    return latencies
+
+
+def spawn(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> Metrics:
+    """``n`` sequential ``subprocess_exec("/bin/true")`` from a process holding ``heap_mib``.
+
+    Reports the median time until ``subprocess_exec`` returned (the child runs
+    and the protocol is connected), and how long the loop was unable to run
+    a callback meanwhile: a ticker every 0.5 ms records its longest lateness.
+    """
+    n, heap_mib = int(params["n"]), int(params["heap_mib"])
+    heap = [bytearray(1024 * 1024) for _ in range(heap_mib)]  # a large heap makes fork slower
+    worst = [0.0]
+
+    def tick(due: float) -> None:
+        now = loop.time()
+        worst[0] = max(worst[0], now - due)
+        if not stopped:
+            loop.call_at(now + 0.0005, tick, now + 0.0005)
+
+    stopped = False
+    loop.call_soon(tick, loop.time())
+    loop.run_until_complete(_spawn_main(loop, max(1, n // 10), heap_mib))  # warm up
+    worst[0] = 0.0
+    latencies = loop.run_until_complete(_spawn_main(loop, n, heap_mib))
+    stopped = True
+    del heap
+    latencies.sort()
+    return {
+        "spawn_ms": latencies[len(latencies) // 2] * 1e3,
+        "loop_blocked_ms": worst[0] * 1e3,
+    }

@@ -71,6 +71,7 @@ def _runner(kind: str) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], 
         "timers": micro.timers,
         "idle_tasks": micro.idle_tasks,
         "getaddrinfo": micro.getaddrinfo,
+        "spawn": micro.spawn,
         "echo": net.echo,
         "http": net.http,
     }
