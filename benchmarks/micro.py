@@ -9,6 +9,7 @@ settle, a run a tenth of the size goes first on the same loop (``warmup``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import os
 import random
@@ -256,7 +257,7 @@ async def _spawn_main(loop: asyncio.AbstractEventLoop, n: int, heap_mib: int) ->
         exited = loop.create_future()
         t0 = time.perf_counter()
         transport, _ = await loop.subprocess_exec(
-            lambda: _Exit(exited), "/bin/true", stdin=None, stdout=None, stderr=None
+            functools.partial(_Exit, exited), "/bin/true", stdin=None, stdout=None, stderr=None
         )
         latencies.append(time.perf_counter() - t0)  # until subprocess_exec returned
         await exited
