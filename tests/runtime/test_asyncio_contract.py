@@ -156,9 +156,21 @@ def test_remove_reader_of_a_never_registered_closed_socket_is_an_error(loop):
 
 def test_set_debug_takes_any_truthy_value(loop):
     loop.set_debug(1)
-    assert loop.get_debug()
+    assert loop.get_debug() == 1 and type(loop.get_debug()) is int  # handed back as given
     loop.set_debug(0)
     assert not loop.get_debug()
+
+
+def test_create_task_takes_any_name(loop):
+    async def main():
+        return asyncio.current_task().get_name()
+
+    assert loop.run_until_complete(loop.create_task(main(), name=123)) == "123"
+
+
+def test_slow_callback_duration_is_kept_as_given(loop):
+    loop.slow_callback_duration = 1
+    assert type(loop.slow_callback_duration) is int
 
 
 def test_call_at_hands_back_the_time_it_was_given(loop):

@@ -219,8 +219,11 @@ class LoopCore(LoopBase):
         self._clock_resolution: float = time.get_clock_info("monotonic").resolution
         self._exception_handler: _ExceptionHandler | None = None
         self._debug = _is_debug_mode()
+        # What set_debug() was given, which get_debug() hands back, as asyncio does.
+        self._debug_setting: object = self._debug
         #: In debug mode, callbacks that run longer than this are logged.
-        self.slow_callback_duration: float = 0.1
+        # Any number, kept as given (asyncio hands back what it was set to).
+        self.slow_callback_duration: Any = 0.1
         self._current_handle: Handle | None = None
         self._task_factory: _TaskFactory | None = None
         self._coroutine_origin_tracking_enabled: bool = False
@@ -552,7 +555,7 @@ class LoopCore(LoopBase):
         self,
         coro: Coroutine[Any, Any, _T] | Generator[Any, None, _T],
         *,
-        name: str | None = None,
+        name: object = None,
         context: contextvars.Context | None = None,
     ) -> Any:
         """Schedule ``coro`` as a Task (or what the task factory makes of it)."""
@@ -925,9 +928,9 @@ class LoopCore(LoopBase):
 
     # --- debug mode ------------------------------------------------------------
 
-    def get_debug(self) -> bool:
-        """Whether debug mode is on."""
-        return self._debug
+    def get_debug(self) -> Any:
+        """Whether debug mode is on: what ``set_debug`` was given."""
+        return self._debug_setting
 
     def set_debug(self, enabled: object) -> None:
         """Turn debug mode on or off (slow-callback warnings, thread checks, tracebacks).
@@ -936,6 +939,7 @@ class LoopCore(LoopBase):
         """
         on = bool(enabled)
         self._debug = on
+        self._debug_setting = enabled
         if self.is_running():
             self.call_soon_threadsafe(self._set_coroutine_origin_tracking, on)
 
