@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.loop_core import LoopCore
-from corun.runtime.net.sockets import check_file_params, sock_sendfile
+from corun.runtime.net.sockets import check_file_params, send_in_chunks, sock_sendfile
 
 #: The fallback's read size.
 FALLBACK_CHUNK: Final = 64 * 1024
@@ -108,28 +108,15 @@ async def _sendfile_native(
 async def _sendfile_fallback(
     loop: LoopCore, transport: Any, file: Any, offset: int, count: int | None
 ) -> int:
-    if offset:
-        file.seek(offset)
-    blocksize = min(count, FALLBACK_CHUNK) if count else FALLBACK_CHUNK
-    buf = bytearray(blocksize)
-    total_sent = 0
     proto = _FallbackProtocol(transport)
+
+    async def write(piece: memoryview) -> None:
+        await proto.drain()
+        transport.write(bytes(piece))
+
     try:
-        while True:
-            if count:
-                blocksize = min(count - total_sent, blocksize)
-                if blocksize <= 0:
-                    return total_sent
-            view = memoryview(buf)[:blocksize]
-            read = await loop.run_in_executor(None, file.readinto, view)
-            if not read:
-                return total_sent
-            await proto.drain()
-            transport.write(bytes(view[:read]))
-            total_sent += read
+        return await send_in_chunks(loop, file, offset, count, FALLBACK_CHUNK, write)
     finally:
-        if total_sent > 0 and hasattr(file, "seek"):
-            file.seek(offset + total_sent)
         await proto.restore()
 
 

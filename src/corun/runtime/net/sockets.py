@@ -21,7 +21,7 @@ import socket
 import ssl
 import stat
 from asyncio import SendfileNotAvailableError
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from corun.runtime._constants import logger
@@ -130,31 +130,33 @@ def _complete(fut: Future, call: Callable[..., Any], *args: Any) -> None:
         fut.set_result(result)
 
 
-async def _receive(loop: LoopCore, sock: socket.socket, method: str, *args: Any) -> Any:
-    """``sock.<method>(*args)`` at once if data is there, else once the socket is readable."""
+async def _attempt(
+    loop: LoopCore, sock: socket.socket, writable: bool, call: Callable[..., Any], *args: Any
+) -> Any:
+    """``call(*args)`` at once if ``sock`` is ready for it, else once it is."""
     _check_socket(loop, sock)
     try:
-        return getattr(sock, method)(*args)
+        return call(*args)
     except (BlockingIOError, InterruptedError):
         pass
-    return await _wait_fd(loop, sock, False, _complete, getattr(sock, method), *args)
+    return await _wait_fd(loop, sock, writable, _complete, call, *args)
 
 
 async def sock_recv(loop: LoopCore, sock: socket.socket, nbytes: int) -> bytes:
     """Receive up to ``nbytes`` from a connected non-blocking socket."""
-    data: bytes = await _receive(loop, sock, "recv", nbytes)
+    data: bytes = await _attempt(loop, sock, False, sock.recv, nbytes)
     return data
 
 
 async def sock_recv_into(loop: LoopCore, sock: socket.socket, buf: Any) -> int:
     """Receive into ``buf``; return the number of bytes received."""
-    nbytes: int = await _receive(loop, sock, "recv_into", buf)
+    nbytes: int = await _attempt(loop, sock, False, sock.recv_into, buf)
     return nbytes
 
 
 async def sock_recvfrom(loop: LoopCore, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
     """Receive a datagram of up to ``bufsize`` bytes; return ``(data, address)``."""
-    received: tuple[bytes, Any] = await _receive(loop, sock, "recvfrom", bufsize)
+    received: tuple[bytes, Any] = await _attempt(loop, sock, False, sock.recvfrom, bufsize)
     return received
 
 
@@ -162,7 +164,9 @@ async def sock_recvfrom_into(
     loop: LoopCore, sock: socket.socket, buf: Any, nbytes: int = 0
 ) -> tuple[int, Any]:
     """Receive a datagram into ``buf``; return ``(nbytes, address)``."""
-    received: tuple[int, Any] = await _receive(loop, sock, "recvfrom_into", buf, nbytes or len(buf))
+    received: tuple[int, Any] = await _attempt(
+        loop, sock, False, sock.recvfrom_into, buf, nbytes or len(buf)
+    )
     return received
 
 
@@ -204,13 +208,8 @@ async def sock_sendall(loop: LoopCore, sock: socket.socket, data: Any) -> None:
 
 async def sock_sendto(loop: LoopCore, sock: socket.socket, data: Any, address: Any) -> int:
     """Send a datagram to ``address``; return the number of bytes sent."""
-    _check_socket(loop, sock)
-    try:
-        return sock.sendto(data, address)
-    except (BlockingIOError, InterruptedError):
-        pass
-    result: int = await _wait_fd(loop, sock, True, _complete, sock.sendto, data, address)
-    return result
+    sent: int = await _attempt(loop, sock, True, sock.sendto, data, address)
+    return sent
 
 
 def _connect_result(sock: socket.socket, address: Any) -> None:
@@ -247,15 +246,8 @@ def _accept(sock: socket.socket) -> tuple[socket.socket, Any]:
 
 async def sock_accept(loop: LoopCore, sock: socket.socket) -> tuple[socket.socket, Any]:
     """Accept a connection; return ``(conn, address)``, ``conn`` non-blocking."""
-    _check_socket(loop, sock)
-    try:
-        conn, address = sock.accept()
-        conn.setblocking(False)
-        return conn, address
-    except (BlockingIOError, InterruptedError):
-        pass
-    result: tuple[socket.socket, Any] = await _wait_fd(loop, sock, False, _complete, _accept, sock)
-    return result
+    accepted: tuple[socket.socket, Any] = await _attempt(loop, sock, False, _accept, sock)
+    return accepted
 
 
 # --- sendfile -----------------------------------------------------------------
@@ -340,31 +332,48 @@ async def sock_sendfile_native(
             file.seek(offset + sent)
 
 
+async def send_in_chunks(
+    loop: LoopCore,
+    file: Any,
+    offset: int,
+    count: int | None,
+    chunk: int,
+    send: Callable[[memoryview], Awaitable[None]],
+) -> int:
+    """Read ``file`` from ``offset`` in chunks, in the executor, and ``await send(piece)``.
+
+    ``count`` bytes, or to the end of the file. Returns the bytes sent; the
+    file position is left after them, as asyncio does.
+    """
+    if offset:
+        file.seek(offset)
+    blocksize = min(count, chunk) if count else chunk
+    buf = bytearray(blocksize)
+    total = 0
+    try:
+        while True:
+            if count:
+                blocksize = min(count - total, blocksize)
+                if blocksize <= 0:
+                    break
+            view = memoryview(buf)[:blocksize]
+            read = await as_asyncio_loop(loop).run_in_executor(None, file.readinto, view)
+            if not read:
+                break
+            await send(view[:read])
+            total += read
+        return total
+    finally:
+        if total > 0 and hasattr(file, "seek"):
+            file.seek(offset + total)
+
+
 async def sock_sendfile_fallback(
     loop: LoopCore, sock: socket.socket, file: Any, offset: int, count: int | None
 ) -> int:
     """Send a file by reading it in chunks (in the executor) and sock_sendall."""
-    if offset:
-        file.seek(offset)
-    blocksize = min(count, SENDFILE_FALLBACK_CHUNK) if count else SENDFILE_FALLBACK_CHUNK
-    buf = bytearray(blocksize)
-    total_sent = 0
-    try:
-        while True:
-            if count:
-                blocksize = min(count - total_sent, blocksize)
-                if blocksize <= 0:
-                    break
-            view = memoryview(buf)[:blocksize]
-            read = await loop.run_in_executor(None, file.readinto, view)
-            if not read:
-                break
-            await sock_sendall(loop, sock, view[:read])
-            total_sent += read
-        return total_sent
-    finally:
-        if total_sent > 0 and hasattr(file, "seek"):
-            file.seek(offset + total_sent)
+    send = functools.partial(sock_sendall, loop, sock)
+    return await send_in_chunks(loop, file, offset, count, SENDFILE_FALLBACK_CHUNK, send)
 
 
 async def sock_sendfile(
