@@ -1,0 +1,8 @@
+"""Make the top-level ``ecosystem`` package importable for its unit tests."""
+
+import sys
+from pathlib import Path
+
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
