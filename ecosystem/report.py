@@ -118,14 +118,22 @@ class SuiteResult:
     corun: LoopRun
     #: Node ids allowed to run a loop of their own (Suite.own_loop_tests).
     own_loop_tests: frozenset[str] = frozenset()
+    #: Node id -> why it cannot pass on corun (Suite.differences_by_design).
+    differences: dict[str, str] = field(default_factory=dict)
 
     def corun_loop_tests(self) -> int:
         """How many tests of the corun pass ran corun's loop (the rest ran none)."""
         return sum(any(map(is_corun_loop, r.ran)) for r in self.corun.records.values())
 
     def corun_only(self) -> list[TestRecord]:
-        """See corun_only_failures."""
-        return corun_only_failures(self.asyncio, self.corun)
+        """See corun_only_failures; less the differences by design."""
+        found = corun_only_failures(self.asyncio, self.corun)
+        return [r for r in found if r.nodeid not in self.differences]
+
+    def by_design(self) -> list[TestRecord]:
+        """The corun-only failures that are differences by design (each has its reason)."""
+        found = corun_only_failures(self.asyncio, self.corun)
+        return [r for r in found if r.nodeid in self.differences]
 
     def foreign(self) -> dict[str, list[str]]:
         """Tests of the corun run that ran another loop, less the allowed ones."""
@@ -196,6 +204,11 @@ def render_markdown(results: list[SuiteResult], date: str, corun_build: str) -> 
             lines += ["", f"## {result.name}: a loop other than corun's ran ({len(foreign)})", ""]
             for nodeid, names in sorted(foreign.items()):
                 lines.append(f"- `{nodeid}`: {', '.join(names)}")
+        by_design = result.by_design()
+        if by_design:
+            lines += ["", f"## {result.name}: differences by design ({len(by_design)})", ""]
+            for record in by_design:
+                lines.append(f"- `{record.nodeid}`: {result.differences[record.nodeid]}")
         expected = result.expected_foreign()
         if expected:
             lines += [
@@ -228,6 +241,9 @@ def to_json(results: list[SuiteResult], date: str, corun_build: str) -> dict[str
                 "corun_only_failures": [
                     {"nodeid": r.nodeid, "message": r.message} for r in result.corun_only()
                 ],
+                "differences_by_design": {
+                    r.nodeid: result.differences[r.nodeid] for r in result.by_design()
+                },
                 "corun_loop_tests": result.corun_loop_tests(),
                 "foreign_loops": result.foreign(),
                 "own_loop_tests": result.expected_foreign(),

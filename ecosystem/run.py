@@ -332,7 +332,12 @@ def run_suite(suite: Suite, wheel: Path, jobs: int) -> SuiteResult:
         for loop in LOOPS:
             one(loop)
     return SuiteResult(
-        suite.name, suite.version, runs["asyncio"], runs["corun"], suite.own_loop_tests
+        suite.name,
+        suite.version,
+        runs["asyncio"],
+        runs["corun"],
+        suite.own_loop_tests,
+        dict(suite.differences_by_design),
     )
 
 

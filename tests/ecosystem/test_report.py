@@ -144,3 +144,12 @@ def test_own_loop_tests_are_reported_but_allowed() -> None:
     assert allowed.ok()
     assert allowed.expected_foreign() == {"t::custom": ["tests.CustomLoop"]}
     assert "ok (1 own-loop tests)" in render_markdown([allowed], "d", "b")
+
+
+def test_differences_by_design_are_listed_not_counted() -> None:
+    corun = run_of("corun", line("t::a", "failed"), line("t::b", "failed"))
+    baseline = run_of("asyncio", line("t::a", "passed"), line("t::b", "passed"))
+    result = SuiteResult("lib", "1.0", baseline, corun, differences={"t::a": "why"})
+    assert [r.nodeid for r in result.corun_only()] == ["t::b"]
+    assert [r.nodeid for r in result.by_design()] == ["t::a"]
+    assert "`t::a`: why" in render_markdown([result], "today", "compiled")
