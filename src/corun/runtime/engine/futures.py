@@ -258,12 +258,7 @@ class FutureCore:
             CancelledError: the future was cancelled.
             InvalidStateError: the future is not done yet.
         """
-        state = self._state
-        if state == CANCELLED:
-            raise self._make_cancelled_error()
-        if state != FINISHED:
-            raise InvalidStateError("Result is not ready.")
-        self.__log_traceback = False
+        self._retrieve("Result is not ready.")
         exc = self._exception
         if exc is not None:
             raise exc.with_traceback(self._exception_tb)
@@ -276,13 +271,17 @@ class FutureCore:
             CancelledError: the future was cancelled.
             InvalidStateError: the future is not done yet.
         """
+        self._retrieve("Exception is not set.")
+        return self._exception
+
+    def _retrieve(self, not_ready: str) -> None:
+        """What result() and exception() check first; the outcome counts as seen."""
         state = self._state
         if state == CANCELLED:
             raise self._make_cancelled_error()
         if state != FINISHED:
-            raise InvalidStateError("Exception is not set.")
+            raise InvalidStateError(not_ready)
         self.__log_traceback = False
-        return self._exception
 
     def add_done_callback(
         self,
