@@ -18,8 +18,10 @@ Exclusions apply only when running against corun, never to the stdlib
 baseline (``CORUN_CONFORMANCE_LOOP=asyncio``).
 
 Only tests that read (or replace) private attributes of the stdlib's own loop
-belong here: corun is not a ``BaseEventLoop`` and has no reason to grow
-``_selector`` or ``_sendfile_native``.  Each reason names the attribute and the
+belong here, and tests of asyncio's deprecated child watchers where the
+outcome depends on the loop consulting them: corun is not a ``BaseEventLoop``
+and has no reason to grow ``_selector`` or ``_sendfile_native``, and it watches
+its children through pidfds.  Each reason names the attribute and the
 line of ``Lib/test/test_asyncio/<module>.py`` (CPython 3.11.7) that uses it.
 A behaviour that corun gets wrong is a bug to fix, not an exclusion.
 """
@@ -59,5 +61,16 @@ EXCLUSIONS: dict[str, str] = {
         "(watcher.__enter__().is_active(), test_subprocess.py:819-823); corun "
         "watches each child through its own pidfd and never consults child "
         "watchers, by design (no global SIGCHLD handling)"
+    ),
+    "test_subprocess::SubprocessFastWatcherTests": (
+        "skip: attaches asyncio's deprecated FastChildWatcher to the loop "
+        "(test_subprocess.py:748-750), whose SIGCHLD callback reaps every child of "
+        "the process with waitpid(-1). The stdlib loop gets the status back because it "
+        "registers its children with that watcher; corun never consults watchers, and "
+        "since it spawns children off the loop's thread, a child that exits at once is "
+        "now and then reaped by the watcher before corun's pidfd sees it (1 or 2 of 29 "
+        "tests a run, measured), and reported as 255, as for any child reaped by someone "
+        "else. Racy, so skipped rather than xfailed; the same tests pass with the other "
+        "watchers (Threaded, Safe, Pidfd)"
     ),
 }

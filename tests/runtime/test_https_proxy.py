@@ -109,9 +109,7 @@ def test_requests_through_an_https_proxy(loop, ca, https_proxy, target):
     async def main() -> list[Any]:
         runner = web.AppRunner(_app())
         await runner.setup()
-        site = web.TCPSite(
-            runner, HOST, 0, ssl_context=server_ctx if target == "https" else None
-        )
+        site = web.TCPSite(runner, HOST, 0, ssl_context=server_ctx if target == "https" else None)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         url = f"{target}://{HOST}:{port}"

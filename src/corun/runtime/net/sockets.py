@@ -130,33 +130,39 @@ def _complete(fut: Future, call: Callable[..., Any], *args: Any) -> None:
         fut.set_result(result)
 
 
+def _call_method(sock: socket.socket, name: str, *args: Any) -> Any:
+    # Looked up on every try, as asyncio does: tests (and wrappers) replace
+    # a socket's methods between attempts.
+    return getattr(sock, name)(*args)
+
+
 async def _attempt(
-    loop: LoopCore, sock: socket.socket, writable: bool, call: Callable[..., Any], *args: Any
+    loop: LoopCore, sock: socket.socket, writable: bool, name: str, *args: Any
 ) -> Any:
-    """``call(*args)`` at once if ``sock`` is ready for it, else once it is."""
+    """``sock.<name>(*args)`` at once if ``sock`` is ready for it, else once it is."""
     _check_socket(loop, sock)
     try:
-        return call(*args)
+        return _call_method(sock, name, *args)
     except (BlockingIOError, InterruptedError):
         pass
-    return await _wait_fd(loop, sock, writable, _complete, call, *args)
+    return await _wait_fd(loop, sock, writable, _complete, _call_method, sock, name, *args)
 
 
 async def sock_recv(loop: LoopCore, sock: socket.socket, nbytes: int) -> bytes:
     """Receive up to ``nbytes`` from a connected non-blocking socket."""
-    data: bytes = await _attempt(loop, sock, False, sock.recv, nbytes)
+    data: bytes = await _attempt(loop, sock, False, "recv", nbytes)
     return data
 
 
 async def sock_recv_into(loop: LoopCore, sock: socket.socket, buf: Any) -> int:
     """Receive into ``buf``; return the number of bytes received."""
-    nbytes: int = await _attempt(loop, sock, False, sock.recv_into, buf)
+    nbytes: int = await _attempt(loop, sock, False, "recv_into", buf)
     return nbytes
 
 
 async def sock_recvfrom(loop: LoopCore, sock: socket.socket, bufsize: int) -> tuple[bytes, Any]:
     """Receive a datagram of up to ``bufsize`` bytes; return ``(data, address)``."""
-    received: tuple[bytes, Any] = await _attempt(loop, sock, False, sock.recvfrom, bufsize)
+    received: tuple[bytes, Any] = await _attempt(loop, sock, False, "recvfrom", bufsize)
     return received
 
 
@@ -165,7 +171,7 @@ async def sock_recvfrom_into(
 ) -> tuple[int, Any]:
     """Receive a datagram into ``buf``; return ``(nbytes, address)``."""
     received: tuple[int, Any] = await _attempt(
-        loop, sock, False, sock.recvfrom_into, buf, nbytes or len(buf)
+        loop, sock, False, "recvfrom_into", buf, nbytes or len(buf)
     )
     return received
 
@@ -208,7 +214,7 @@ async def sock_sendall(loop: LoopCore, sock: socket.socket, data: Any) -> None:
 
 async def sock_sendto(loop: LoopCore, sock: socket.socket, data: Any, address: Any) -> int:
     """Send a datagram to ``address``; return the number of bytes sent."""
-    sent: int = await _attempt(loop, sock, True, sock.sendto, data, address)
+    sent: int = await _attempt(loop, sock, True, "sendto", data, address)
     return sent
 
 
@@ -238,16 +244,11 @@ async def sock_connect(loop: LoopCore, sock: socket.socket, address: Any) -> Non
         address = None
 
 
-def _accept(sock: socket.socket) -> tuple[socket.socket, Any]:
-    conn, address = sock.accept()
-    conn.setblocking(False)
-    return conn, address
-
-
 async def sock_accept(loop: LoopCore, sock: socket.socket) -> tuple[socket.socket, Any]:
     """Accept a connection; return ``(conn, address)``, ``conn`` non-blocking."""
-    accepted: tuple[socket.socket, Any] = await _attempt(loop, sock, False, _accept, sock)
-    return accepted
+    conn, address = await _attempt(loop, sock, False, "accept")
+    conn.setblocking(False)
+    return conn, address
 
 
 # --- sendfile -----------------------------------------------------------------
