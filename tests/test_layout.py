@@ -160,3 +160,16 @@ def test_resilience_does_without_aiohttp() -> None:
         for node in _top_level_imports(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
             assert not any((n or "").split(".")[0] == "aiohttp" for n in names), path
+
+
+def test_a_compiled_module_older_than_its_source_is_found(tmp_path: Path) -> None:
+    import os
+
+    from conftest import stale_compiled_modules
+
+    for name in ("fresh", "edited"):
+        (tmp_path / f"{name}.py").write_text("")
+        (tmp_path / f"{name}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    os.utime(tmp_path / "fresh.py", (1_000, 1_000))
+    os.utime(tmp_path / "edited.cpython-311-x86_64-linux-gnu.so", (1_000, 1_000))
+    assert stale_compiled_modules(tmp_path) == ["edited.py"]
