@@ -5,9 +5,9 @@ asyncio with ``asyncio.Runner(loop_factory=corun.new_event_loop)`` or
 ``corun.install()``.
 """
 
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.handles import Handle
 from corun.runtime.engine.instruments import Instrument
-from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.interpreted_task import Task
 from corun.runtime.engine.loop_core import LoopStatistics
 from corun.runtime.engine.timers import TimerHandle

@@ -1,4 +1,4 @@
-"""``FutureCore``: the state container a coroutine waits on (``corun.Future``'s implementation).
+"""``Future``: the state container a coroutine waits on.
 
 It speaks asyncio's Future protocol exactly (``_asyncio_future_blocking``,
 ``get_loop()``, callbacks scheduled through ``loop.call_soon``), so asyncio's
@@ -16,7 +16,7 @@ The ways considered:
 
 * Subclass asyncio's classes. ``asyncio.Future`` is a C type with its own
   instance layout; a mypyc class cannot have it as a base, and an
-  interpreted class cannot have both it and ``FutureCore`` as bases (their
+  interpreted class cannot have both it and ``Future`` as bases (their
   layouts conflict). Making the whole Future interpreted would give up the
   compiled step and callbacks that make corun fast.
 * Hand out asyncio's own futures from ``create_future``. Then a task waiting
@@ -76,7 +76,7 @@ _STOPITERATION_MESSAGE: Final = (
 # __weakref__ slot, and its dealloc does not clear weak references (a crash
 # on Python 3.11). Future[int] still works at run time (__class_getitem__).
 @mypyc_attr(allow_interpreted_subclasses=True)
-class FutureCore:
+class Future:
     """A result that will be available later, bound to one event loop.
 
     Not thread-safe: use ``loop.call_soon_threadsafe`` to complete it from
@@ -371,7 +371,7 @@ class FutureCore:
 
 # A compiled static: a name imported from an interpreted module is looked up
 # in this module's dict on every use. See corun.runtime.engine.interpreted_await for why.
-_RESULT_OF: Final[Callable[[FutureCore], Any]] = interpreted_await.result_of
+_RESULT_OF: Final[Callable[[Future], Any]] = interpreted_await.result_of
 _StopIteration: Final = StopIteration  # a static: mypyc looks builtins up by name
 
 
@@ -413,8 +413,8 @@ class FutureIter:
 
     __slots__ = ("_future",)
 
-    def __init__(self, future: FutureCore) -> None:
-        self._future: FutureCore | None = future
+    def __init__(self, future: Future) -> None:
+        self._future: Future | None = future
 
     def __iter__(self) -> FutureIter:
         return self
@@ -468,7 +468,7 @@ def set_result_unless_cancelled(future: Any, result: object) -> None:
         future.set_result(result)
 
 
-def add_callback(future: FutureCore, fn: _Callback, context: contextvars.Context) -> None:
+def add_callback(future: Future, fn: _Callback, context: contextvars.Context) -> None:
     """Register ``fn`` on ``future``, which is pending.
 
     A function rather than a method: tasks call it on the futures (and tasks)

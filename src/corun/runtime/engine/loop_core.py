@@ -57,10 +57,9 @@ from mypy_extensions import mypyc_attr
 from corun.runtime._constants import logger
 from corun.runtime.engine.epoll import EpollIO
 from corun.runtime.engine.formatting import DEBUG_STACK_DEPTH
-from corun.runtime.engine.futures import FutureCore, set_result_unless_cancelled
+from corun.runtime.engine.futures import Future, set_result_unless_cancelled
 from corun.runtime.engine.handles import POLL_INTERVAL, Handle, LoopBase
 from corun.runtime.engine.instruments import Instrument
-from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.interpreted_task import Task
 from corun.runtime.engine.task_core import TaskCore, init_task, task_step
 from corun.runtime.engine.timers import TimerHandle, TimerQueue
@@ -80,7 +79,6 @@ _TaskFactory = Callable[..., Any]
 # A compiled static: a class imported from an interpreted module is otherwise
 # looked up in this module's dict on every use.
 _TASK: Final[type[Task[Any]]] = Task
-_FUTURE: Final[type[Future]] = Future
 
 # mypyc looks builtins up by name on every use; a Final alias is a C static.
 _callable: Final = callable
@@ -546,10 +544,7 @@ class LoopCore(LoopBase):
 
     def create_future(self) -> Future:
         """A new corun Future bound to this loop."""
-        # As create_task: no keyword arguments through the interpreted class.
-        future = _FUTURE.__new__(_FUTURE)
-        FutureCore.__init__(future, loop=as_asyncio_loop(self))
-        return future
+        return Future(loop=as_asyncio_loop(self))
 
     def create_task(
         self,

@@ -37,7 +37,7 @@ from typing import IO, Any, Final, cast
 from mypy_extensions import mypyc_attr
 
 from corun.runtime.engine.formatting import format_coroutine
-from corun.runtime.engine.futures import FINISHED, PENDING, FutureCore, add_callback
+from corun.runtime.engine.futures import FINISHED, PENDING, Future, add_callback
 from corun.runtime.engine.handles import LoopBase, call_soon
 from corun.runtime.engine.instruments import NO_INSTRUMENTS, Instruments
 
@@ -87,7 +87,7 @@ def _drop_own_frame(exc: BaseException) -> None:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class TaskCore(FutureCore):
+class TaskCore(Future):
     """The implementation of ``corun.Task``: a coroutine wrapped in a Future.
 
     Not used directly; ``corun.Task`` subclasses it.
@@ -296,7 +296,7 @@ def init_task(
     Task class with keyword arguments packs them into a dict and unpacks them
     again, which cost more than the rest of creating the task.
     """
-    FutureCore.__init__(task, loop=loop)
+    Future.__init__(task, loop=loop)
     # The exact type first: asyncio.iscoroutine() is an interpreted function.
     if type(coro) is not _COROUTINE_TYPE and not iscoroutine(coro):
         # The task never ran; don't log that it was destroyed pending.
@@ -360,27 +360,27 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
             if task._must_cancel:
                 # The task was cancelled while running its last step.
                 task._must_cancel = False
-                FutureCore.cancel(task, msg=task._cancel_message)
+                Future.cancel(task, msg=task._cancel_message)
             else:
-                FutureCore.set_result(task, stop.value)
+                Future.set_result(task, stop.value)
         except CancelledError as cancelled:
             exc = None
             _drop_own_frame(cancelled)
             task._cancelled_exc = cancelled  # re-raised by result() with its traceback
-            FutureCore.cancel(task)
+            Future.cancel(task)
         except (KeyboardInterrupt, SystemExit) as error:
             exc = None
-            FutureCore.set_exception(task, error)
+            Future.set_exception(task, error)
             raise
         except BaseException as error:
             exc = None
             _drop_own_frame(error)
-            FutureCore.set_exception(task, error)
+            Future.set_exception(task, error)
         else:
             if result is None:
                 # A bare yield (asyncio.sleep(0)): run again on the next iteration.
                 schedule_step(task, None)
-            elif isinstance(result, FutureCore) and result._loop is loop:
+            elif isinstance(result, Future) and result._loop is loop:
                 # corun's own future or task (the common case): its fields
                 # are read directly instead of through generic calls, as
                 # asyncio's C Task does for its own Future. (A subclass
@@ -456,7 +456,7 @@ def _handle_yield(task: TaskCore, result: Any) -> None:
 
 def task_wakeup(task: TaskCore, future: Any) -> None:
     """Resume ``task`` now that ``future``, which it waited on, is done."""
-    if isinstance(future, FutureCore) and future._state == FINISHED and future._exception is None:
+    if isinstance(future, Future) and future._state == FINISHED and future._exception is None:
         # The common case, without raising and catching anything.
         task_step(task, None)
         return

@@ -17,7 +17,7 @@ from asyncio import SendfileNotAvailableError
 from asyncio.constants import _SendfileMode
 from typing import Any, Final
 
-from corun.runtime.engine.interpreted_future import Future
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.loop_core import LoopCore
 from corun.runtime.net.sockets import check_file_params, send_in_chunks, sock_sendfile
 

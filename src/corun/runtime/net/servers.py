@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from corun.runtime._constants import logger
-from corun.runtime.engine.interpreted_future import Future
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.loop_core import LoopCore, as_asyncio_loop
 from corun.runtime.net.connect import make_tls_transport, set_reuseport
 from corun.runtime.net.dns import ensure_resolved

@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from corun.runtime._constants import logger
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.handles import Handle
-from corun.runtime.engine.interpreted_future import Future
 from corun.runtime.engine.loop_core import LoopCore, as_asyncio_loop
 from corun.runtime.net.dns import ensure_resolved
 

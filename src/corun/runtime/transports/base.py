@@ -17,8 +17,7 @@ from asyncio import trsock
 from typing import Any, Final
 
 from corun.runtime._constants import READ_BUFFER_SIZE, logger
-from corun.runtime.engine.futures import set_result_unless_cancelled
-from corun.runtime.engine.interpreted_future import Future
+from corun.runtime.engine.futures import Future, set_result_unless_cancelled
 from corun.runtime.engine.loop_core import LoopCore
 
 

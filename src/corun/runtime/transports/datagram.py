@@ -14,7 +14,7 @@ import socket
 from typing import Any
 
 from corun.runtime._constants import LOG_THRESHOLD_FOR_CONNLOST_WRITES, logger
-from corun.runtime.engine.interpreted_future import Future
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.loop_core import LoopCore
 from corun.runtime.transports.base import SocketTransport, connect_soon, read_buffer
 

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from corun.runtime._constants import LOG_THRESHOLD_FOR_CONNLOST_WRITES, READ_BUFFER_SIZE, logger
-from corun.runtime.engine.interpreted_future import Future
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.loop_core import LoopCore
 from corun.runtime.transports.base import (
     FlowControlTransport,

@@ -62,7 +62,7 @@ from collections.abc import Callable
 from typing import IO, Any, Final, TypeAlias
 
 from corun.runtime._constants import logger
-from corun.runtime.engine.interpreted_future import Future
+from corun.runtime.engine.futures import Future
 from corun.runtime.engine.loop_core import LoopCore, as_asyncio_loop
 from corun.runtime.transports.pipe import ProtocolT
 
