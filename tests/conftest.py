@@ -37,6 +37,8 @@ from typing import Any
 
 import pytest
 
+from stale_build import stale_compiled_modules
+
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 
@@ -97,21 +99,6 @@ def loop_factory_for(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 # ---------------------------------------------------------------- plugins
-
-
-def stale_compiled_modules(engine: Path) -> list[str]:
-    """The engine's sources edited after their compiled module was built.
-
-    An editable install builds the ``.so`` files beside their sources, and
-    Python imports a ``.so`` before a ``.py``: after an edit, tests would
-    silently run the old compiled code.
-    """
-    stale = []
-    for built in engine.glob("*.so"):
-        source = engine / (built.name.split(".", 1)[0] + ".py")
-        if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
-            stale.append(source.name)
-    return sorted(stale)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -165,7 +165,7 @@ def test_resilience_does_without_aiohttp() -> None:
 def test_a_compiled_module_older_than_its_source_is_found(tmp_path: Path) -> None:
     import os
 
-    from conftest import stale_compiled_modules
+    from stale_build import stale_compiled_modules
 
     for name in ("fresh", "edited"):
         (tmp_path / f"{name}.py").write_text("")

@@ -412,7 +412,8 @@ def test_shell_communicate(loop):
     [
         ("kill", (), -signal.SIGKILL),
         ("terminate", (), -signal.SIGTERM),
-        ("send_signal", (signal.SIGHUP,), -signal.SIGHUP),
+        # SIGUSR1, not SIGHUP: under nohup the child would inherit SIGHUP ignored.
+        ("send_signal", (signal.SIGUSR1,), -signal.SIGUSR1),
     ],
 )
 def test_kill_terminate_send_signal(loop, method, args, expected):
