@@ -28,11 +28,8 @@ class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
     ``asyncio.Runner(loop_factory=corun.new_event_loop)``, or ``corun.install()``.
     """
 
-    # Futures and Tasks append to the ready queue directly while call_soon is
-    # LoopCore's own, and the timers read the clock seam directly while time
-    # and call_at are. A method replaced on the instance (as tests and tracing
-    # tools do, mock.patch.object among them) must be called instead, as
-    # asyncio would, and its removal restores the direct paths.
+    # A seam replaced on the instance turns its direct path off, and its
+    # removal turns it back on (see LoopCore._check_seams).
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -43,19 +40,6 @@ class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
         object.__delattr__(self, name)
         if name in _SEAMS:
             self._check_seams()
-
-    def _check_seams(self) -> None:
-        own = vars(self)
-        cls = type(self)
-        plain_call_soon = "call_soon" not in own and cls.call_soon is LoopCore.call_soon
-        plain_timers = (
-            "time" not in own
-            and "call_at" not in own
-            and cls.time is LoopCore.time
-            and cls.call_at is LoopCore.call_at
-        )
-        object.__setattr__(self, "_plain_call_soon", plain_call_soon)
-        object.__setattr__(self, "_plain_timers", plain_timers)
 
     # Sockets (net/sockets.py) and name resolution (net/dns.py). Where mypy
     # flags an assignment, typeshed's stub has overloads or generics for the

@@ -201,12 +201,8 @@ class LoopCore(LoopBase):
         super().__init__()
         # Invariant: _thread_id is the running thread's id while run_forever()
         # runs, None otherwise.
-        self._plain_call_soon = type(self).call_soon is LoopCore.call_soon
-        # call_later goes straight to the heap while time() and call_at() are
-        # LoopCore's own (cleared when either is replaced; see EventLoop).
-        self._plain_timers: bool = (
-            type(self).time is LoopCore.time and type(self).call_at is LoopCore.call_at
-        )
+        self._plain_timers: bool = True
+        self._check_seams()
         self._timers: TimerQueue = TimerQueue()
         self._io: EpollIO = EpollIO()
         self._stopping: bool = False
@@ -357,6 +353,27 @@ class LoopCore(LoopBase):
         self._io.close()
         self._ssock.close()
         self._csock.close()
+
+    def _check_seams(self) -> None:
+        """Set the direct paths on or off: on while a seam is LoopCore's own.
+
+        Futures and Tasks append to the ready queue directly while
+        ``call_soon`` is LoopCore's own, and timers read the clock seam and
+        go to the heap directly while ``time`` and ``call_at`` are. Replaced
+        by a subclass or on the instance (``mock.patch.object``, tracing
+        tools), the replacement is called instead, as asyncio would.
+        ``EventLoop`` calls this again whenever one of them is set or deleted
+        on the instance.
+        """
+        own: Any = getattr(self, "__dict__", None) or {}
+        cls = type(self)
+        self._plain_call_soon = "call_soon" not in own and cls.call_soon is LoopCore.call_soon
+        self._plain_timers = (
+            "time" not in own
+            and "call_at" not in own
+            and cls.time is LoopCore.time
+            and cls.call_at is LoopCore.call_at
+        )
 
     def time(self) -> float:
         """The loop's clock: ``time.monotonic()``."""

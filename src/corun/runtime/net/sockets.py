@@ -92,11 +92,9 @@ async def _wait_fd(
     calls ``callback`` directly: a frame between them would outlive an
     error, through the traceback, and hold the future, which holds the error.
     """
-    fut: Future | None = loop.create_future()
-    assert fut is not None
+    fut: Future = loop.create_future()
     fd = sock.fileno()
     loop._ensure_fd_no_transport(fd)
-    handle: Handle | None
     if writable:
         handle = loop._add_writer(fd, callback, fut, *args)
         fut.add_done_callback(functools.partial(_writer_done, loop, fd, handle))
@@ -108,7 +106,7 @@ async def _wait_fd(
     finally:
         # The exception's traceback holds this frame; the future and the
         # handle's arguments hold the exception: break the cycle.
-        fut = handle = None
+        del fut, handle
 
 
 def _complete(fut: Future, call: Callable[..., Any], *args: Any) -> None:
