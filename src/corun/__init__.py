@@ -5,13 +5,15 @@ asyncio with ``asyncio.Runner(loop_factory=corun.new_event_loop)`` or
 ``corun.install()``.
 """
 
+import os as _os
+
 from corun.runtime.engine.futures import Future
 from corun.runtime.engine.handles import Handle
 from corun.runtime.engine.instruments import Instrument
 from corun.runtime.engine.interpreted_task import Task
 from corun.runtime.engine.loop_core import LoopStatistics
 from corun.runtime.engine.timers import TimerHandle
-from corun.runtime.loop import EventLoop
+from corun.runtime.loop import LOOP_CREATED, EventLoop
 from corun.runtime.runner import EventLoopPolicy, install, new_event_loop, run
 
 __version__ = "0.1.0"
@@ -25,6 +27,19 @@ def _is_compiled() -> bool:
 
 #: True when the mypyc-compiled build is loaded, False for the pure-Python build.
 COMPILED: bool = _is_compiled()
+
+
+def _observe_if_asked(loop: EventLoop) -> None:
+    # CORUN_OBSERVE is read when each loop is made, so that `corun run --observe`
+    # and a variable set after `import corun` both work; corun.observe is only
+    # imported when it is set.
+    if _os.environ.get("CORUN_OBSERVE", "") not in ("", "0"):
+        from corun.observe import enable_from_environment
+
+        enable_from_environment(loop)
+
+
+LOOP_CREATED.append(_observe_if_asked)
 
 __all__ = [
     "COMPILED",

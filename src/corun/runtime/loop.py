@@ -11,14 +11,20 @@ nothing here forwards.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
+from corun.runtime._constants import logger
 from corun.runtime.engine.loop_core import LoopCore
 from corun.runtime.net import connect, dns, sendfile, servers, sockets
 from corun.runtime.transports import pipe, subprocess, tls
 
 # The methods whose replacement on an instance turns a direct path off.
 _SEAMS = frozenset({"call_soon", "time", "call_at"})
+
+#: Called with every new EventLoop. The ``corun`` package registers the
+#: ``CORUN_OBSERVE`` switch here: the runtime does not import what observes it.
+LOOP_CREATED: list[Callable[[EventLoop], object]] = []
 
 
 class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
@@ -27,6 +33,14 @@ class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
     Use it wherever an asyncio loop is expected: ``corun.run(main())``,
     ``asyncio.Runner(loop_factory=corun.new_event_loop)``, or ``corun.install()``.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        for hook in LOOP_CREATED:
+            try:
+                hook(self)
+            except Exception:
+                logger.exception("a loop-creation hook failed: %r", hook)
 
     # A seam replaced on the instance turns its direct path off, and its
     # removal turns it back on (see LoopCore._check_seams).

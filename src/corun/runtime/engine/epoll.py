@@ -194,8 +194,11 @@ class EpollIO:
                 epoll.register(fd, events)
         registration.events = events
 
-    def poll(self, timeout: float | None, ready: deque[Handle]) -> int:
+    def poll(self, timeout: float | None, ready: deque[Handle], stamp: float) -> int:
         """Wait up to ``timeout`` seconds (forever if None); queue the handles of ready fds.
+
+        Each handle queued is stamped with ``stamp`` when it is not 0.0 (see
+        Handle._queued).
 
         Returns:
             The number of fds epoll reported.
@@ -219,6 +222,8 @@ class EpollIO:
                     if reader._cancelled:
                         self.remove_reader(fd)
                     else:
+                        if stamp != 0.0:
+                            reader._queued = stamp
                         ready.append(reader)
             if mask & _WRITE_EVENTS:
                 writer = registration.writer
@@ -226,5 +231,7 @@ class EpollIO:
                     if writer._cancelled:
                         self.remove_writer(fd)
                     else:
+                        if stamp != 0.0:
+                            writer._queued = stamp
                         ready.append(writer)
         return len(events)

@@ -15,6 +15,7 @@ from typing import Any, Final, cast
 
 from mypy_extensions import mypyc_attr
 
+from corun.runtime.engine.accounting import LoopAccounting
 from corun.runtime.engine.formatting import extract_stack, format_callback_source
 from corun.runtime.engine.instruments import Instruments
 
@@ -53,6 +54,16 @@ class LoopBase:
         self._ran_since_poll: int = 0
         # Read by every task step; the name keeps it apart from asyncio's attributes.
         self._corun_instruments: Instruments = Instruments()
+        # corun.observe's accounting, or None (see accounting.py). _observed
+        # says that queued handles must be seen: stamped for the accounting,
+        # or passed to task_scheduled instruments.
+        self._corun_accounting: LoopAccounting | None = None
+        self._observed: bool = False
+
+    def _update_observed(self) -> None:
+        self._observed = self._corun_accounting is not None or bool(
+            self._corun_instruments.task_scheduled
+        )
 
 
 def call_soon(
@@ -75,9 +86,42 @@ def call_soon(
     if corun_loop:
         queue = cast(LoopBase, loop)
         if queue._plain_call_soon and not queue._debug and not queue._closed:
-            queue._ready.append(OneArgHandle(callback, arg, queue, context))
+            handle = OneArgHandle(callback, arg, queue, context)
+            queue._ready.append(handle)
+            if queue._observed:
+                handle_queued(queue, handle)
             return
     loop.call_soon(callback, arg, context=context)
+
+
+def handle_queued(loop: LoopBase, handle: Handle) -> None:
+    """Let observers see a handle that was just queued (``LoopBase._observed`` is set)."""
+    accounting = loop._corun_accounting
+    if accounting is not None:
+        handle._queued = accounting.clock()
+    instruments = loop._corun_instruments
+    if instruments.task_scheduled:
+        task = task_of(handle)
+        if task is not None:
+            instruments.call_task_hook("task_scheduled", instruments.task_scheduled, task)
+
+
+def task_of(handle: Handle) -> Any:
+    """The task whose step or wakeup ``handle`` runs, or None.
+
+    By name, since this module sits below the task's: a step is scheduled as
+    ``task_step(task)``, a wakeup as ``task._wakeup(future)``.
+    """
+    callback = handle._callback
+    if callback is None:
+        return None
+    name = getattr(callback, "__name__", "")
+    if name == "task_step":
+        args = handle._arguments()
+        return args[0] if args else None
+    if name == "_wakeup":
+        return getattr(callback, "__self__", None)
+    return None
 
 
 class Handle:
@@ -94,6 +138,7 @@ class Handle:
         "_cancelled",
         "_context",
         "_loop",
+        "_queued",
         "_repr",
         "_source_traceback",
     )
@@ -112,6 +157,9 @@ class Handle:
         self._callback: Callable[..., object] | None = callback
         self._args: Sequence[Any] | None = args
         self._cancelled: bool = False
+        # When it was queued (or, for a timer, due) on the loop's clock, if
+        # corun.observe is on; 0.0 otherwise.
+        self._queued: float = 0.0
         self._repr: str | None = None
         self._source_traceback: traceback.StackSummary | None = None
         if loop._debug:  # the attribute: a method call costs a Python dispatch here

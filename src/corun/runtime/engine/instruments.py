@@ -14,7 +14,11 @@ Contract for hook implementations:
 * ``before_task_step(task)`` and ``after_task_step(task)`` bracket every step of
   a task, including its first and its last; ``task_exited(task)`` follows the
   last ``after_task_step``. ``task_spawned(task)`` runs when the task is
-  created, before its first step is scheduled to run.
+  created, before its first step is scheduled.
+* ``task_scheduled(task)`` runs when a step of the task is queued to run: at
+  its creation, and whenever it is woken (the future it waits on completed,
+  or it yielded to the loop), as in Trio. The time between that and
+  ``before_task_step`` is the task's wake-to-run latency.
 * ``before_io_wait(timeout)`` and ``after_io_wait(timeout)`` bracket the
   loop's wait for I/O. ``timeout`` is the longest the loop will wait, in
   seconds: ``0.0`` when work is ready, ``None`` when nothing is scheduled.
@@ -35,6 +39,7 @@ logger: Final = logging.getLogger("corun")
 
 HOOK_NAMES: Final = (
     "task_spawned",
+    "task_scheduled",
     "before_task_step",
     "after_task_step",
     "task_exited",
@@ -49,6 +54,9 @@ class Instrument:
 
     def task_spawned(self, task: Any) -> None:
         """A task was created."""
+
+    def task_scheduled(self, task: Any) -> None:
+        """A step of the task was queued to run (it was woken)."""
 
     def before_task_step(self, task: Any) -> None:
         """The task is about to run one step of its coroutine."""
@@ -80,12 +88,14 @@ class Instruments:
         "before_io_wait",
         "before_task_step",
         "task_exited",
+        "task_scheduled",
         "task_spawned",
     )
 
     def __init__(self) -> None:
         self._instruments: list[Instrument] = []
         self.task_spawned: tuple[Instrument, ...] = ()
+        self.task_scheduled: tuple[Instrument, ...] = ()
         self.before_task_step: tuple[Instrument, ...] = ()
         self.after_task_step: tuple[Instrument, ...] = ()
         self.task_exited: tuple[Instrument, ...] = ()
@@ -127,6 +137,7 @@ class Instruments:
                 if getattr(cls, name) is not getattr(Instrument, name):
                     subscribers[name].append(instrument)
         self.task_spawned = tuple(subscribers["task_spawned"])
+        self.task_scheduled = tuple(subscribers["task_scheduled"])
         self.before_task_step = tuple(subscribers["before_task_step"])
         self.after_task_step = tuple(subscribers["after_task_step"])
         self.task_exited = tuple(subscribers["task_exited"])

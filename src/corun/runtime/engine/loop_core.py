@@ -55,13 +55,14 @@ from typing import Any, Final, Protocol, TypeAlias, TypeVar, TypeVarTuple, Unpac
 from mypy_extensions import mypyc_attr
 
 from corun.runtime._constants import logger
+from corun.runtime.engine.accounting import LoopAccounting
 from corun.runtime.engine.epoll import EpollIO
 from corun.runtime.engine.formatting import DEBUG_STACK_DEPTH
 from corun.runtime.engine.futures import Future, set_result_unless_cancelled
-from corun.runtime.engine.handles import POLL_INTERVAL, Handle, LoopBase
+from corun.runtime.engine.handles import POLL_INTERVAL, Handle, LoopBase, handle_queued
 from corun.runtime.engine.instruments import Instrument
 from corun.runtime.engine.interpreted_task import Task
-from corun.runtime.engine.task_core import TaskCore, init_task, task_step
+from corun.runtime.engine.task_core import TaskCore, account_task_step, init_task, task_step
 from corun.runtime.engine.timers import TimerHandle, TimerQueue
 
 _T = TypeVar("_T")
@@ -95,7 +96,26 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
     instruments = loop._corun_instruments
     if instruments.before_io_wait:
         instruments.call_io_hook("before_io_wait", instruments.before_io_wait, timeout)
-    loop._io.poll(timeout, queue)
+    accounting = loop._corun_accounting
+    if accounting is None:
+        loop._io.poll(timeout, queue, 0.0)
+    else:
+        clock = accounting.clock
+        accounting.io_wait_since = start = clock()
+        try:
+            # An empty poll is the loop's own bookkeeping, not a wait.
+            loop._io.poll(timeout, queue, -1.0)
+        finally:
+            end = clock()
+            accounting.io_wait_since = 0.0
+            if timeout != 0.0:
+                accounting.io_wait_total += end - start
+        # The handles of ready fds were queued when the wait returned.
+        for index in range(len(queue) - 1, -1, -1):
+            handle = queue[index]
+            if handle._queued != -1.0:
+                break
+            handle._queued = end
     if instruments.after_io_wait:
         instruments.call_io_hook("after_io_wait", instruments.after_io_wait, timeout)
 
@@ -103,6 +123,10 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
 def _run_handles(loop: LoopCore, queue: deque[Handle], todo: int) -> None:
     """Run the first ``todo`` handles of ``queue``, skipping cancelled ones."""
     loop._ran_since_poll += todo
+    accounting = loop._corun_accounting
+    if accounting is not None:
+        _run_handles_accounted(loop, accounting, queue, todo)
+        return
     if loop._debug:
         loop._run_ready_debug(queue, todo)
         return
@@ -116,6 +140,59 @@ def _run_handles(loop: LoopCore, queue: deque[Handle], todo: int) -> None:
         handle = popleft()
         if not handle._cancelled:
             handle._run()
+
+
+def _run_handles_accounted(
+    loop: LoopCore, accounting: LoopAccounting, queue: deque[Handle], todo: int
+) -> None:
+    """``_run_handles`` with the accounting on: one clock read between two handles."""
+    clock = accounting.clock
+    lag_histogram = accounting.lag
+    schedule_histogram = accounting.schedule
+    threshold = accounting.stall_threshold
+    debug = loop._debug
+    popleft = queue.popleft  # a bound method once, not a method lookup per handle
+    now = clock()
+    try:
+        for _i in range(todo):
+            handle = popleft()
+            if handle._cancelled:
+                continue
+            queued = handle._queued
+            lag = now - queued if queued > 0.0 else -1.0
+            accounting.step_seq += 1
+            accounting.step_start = now
+            accounting.step_handle = handle
+            accounting.step_task = None
+            accounting.step_gc = accounting.gc_total
+            if debug:
+                loop._current_handle = handle
+            handle._run()
+            end = clock()
+            duration = end - now
+            accounting.steps += 1
+            accounting.busy += duration
+            task = accounting.step_task
+            if task is not None:
+                # A task's lateness goes to the schedule histogram only; the
+                # loop's lag is both histograms added up (see accounting.py).
+                if lag >= 0.0:
+                    schedule_histogram.record(lag)
+                account_task_step(task, duration, lag)
+            elif lag >= 0.0:
+                lag_histogram.record(lag)
+            if duration >= threshold:
+                accounting.long_step(handle if task is None else task, now, duration)
+            if debug:
+                loop._current_handle = None
+                if duration >= loop.slow_callback_duration:
+                    logger.warning(
+                        "Executing %s took %.3f seconds", _format_handle(handle), duration
+                    )
+            now = end
+    finally:
+        accounting.step_handle = None
+        accounting.step_task = None
 
 
 def as_asyncio_loop(loop: LoopCore) -> AbstractEventLoop:
@@ -422,7 +499,13 @@ class LoopCore(LoopBase):
             _check_io(self, timeout, ready)
 
         if deadline is not None:
-            timers.pop_due(clock() + self._clock_resolution, ready)
+            # With the accounting on, a timer's lateness is counted from its
+            # deadline, when that is on the accounting's clock.
+            timers.pop_due(
+                clock() + self._clock_resolution,
+                ready,
+                self._corun_accounting is not None and self._plain_timers,
+            )
 
         # Run only what is ready now; what these callbacks schedule waits
         # for the next iteration.
@@ -477,6 +560,8 @@ class LoopCore(LoopBase):
         _check_schedulable(self, callback, "call_soon")
         handle = Handle(callback, args, self, context)
         self._ready.append(handle)
+        if self._observed:
+            handle_queued(self, handle)
         return handle
 
     def call_soon_threadsafe(
@@ -492,6 +577,8 @@ class LoopCore(LoopBase):
         handle = Handle(callback, args, self, context)
         # Append first, then wake: the loop reads the pipe before it runs the
         # ready queue, so it cannot miss this handle (see _read_from_self).
+        if self._observed:
+            handle_queued(self, handle)
         self._ready.append(handle)
         if not self._wakeup_pending:
             self._wakeup_pending = True
@@ -608,6 +695,7 @@ class LoopCore(LoopBase):
     def add_instrument(self, instrument: Instrument) -> None:
         """Start calling ``instrument``'s hooks (see ``corun.Instrument``)."""
         self._corun_instruments.add(instrument)
+        self._update_observed()
 
     def remove_instrument(self, instrument: Instrument) -> None:
         """Stop calling ``instrument``'s hooks.
@@ -616,6 +704,12 @@ class LoopCore(LoopBase):
             KeyError: it was not added.
         """
         self._corun_instruments.remove(instrument)
+        self._update_observed()
+
+    def _set_accounting(self, accounting: LoopAccounting | None) -> None:
+        """Attach ``corun.observe``'s accounting (None detaches it)."""
+        self._corun_accounting = accounting
+        self._update_observed()
 
     # --- I/O readiness -------------------------------------------------------
 
@@ -865,6 +959,8 @@ class LoopCore(LoopBase):
             self.remove_signal_handler(sig)
         else:
             self._ready.append(handle)
+            if self._observed:
+                handle_queued(self, handle)
 
     # --- errors ----------------------------------------------------------------
 

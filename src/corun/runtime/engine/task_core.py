@@ -36,6 +36,7 @@ from typing import IO, Any, Final, cast
 
 from mypy_extensions import mypyc_attr
 
+from corun.runtime.engine.accounting import LoopAccounting
 from corun.runtime.engine.formatting import format_coroutine
 from corun.runtime.engine.futures import FINISHED, PENDING, Future, add_callback
 from corun.runtime.engine.handles import LoopBase, call_soon
@@ -104,6 +105,18 @@ class TaskCore(Future):
     # True only while a step is scheduled and must throw CancelledError.
     _name: str
     _num_cancels_requested: int
+    # corun.observe's per-task counters (accounting.py), inline: a separate
+    # object would cost more than these 64 bytes. _corun_id is 0 for a task
+    # created while the accounting was off, and so is _corun_parent for a
+    # task without a parent (or created off).
+    _corun_id: int = 0
+    _corun_parent: int = 0
+    _corun_steps: int = 0
+    _corun_busy: float = 0.0
+    _corun_longest: float = 0.0
+    _corun_wake_total: float = 0.0
+    _corun_wake_max: float = 0.0
+    _corun_wake_p99: float = 0.0
     _fut_waiter: Any
     _coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any]
     _context: contextvars.Context
@@ -245,6 +258,9 @@ class TaskCore(Future):
         if self._state != PENDING:
             return False
         self._num_cancels_requested += 1
+        accounting = _accounting_of(self)
+        if accounting is not None:
+            accounting.task_cancelled(self._corun_id, self._name)
         waiter = self._fut_waiter
         if waiter is not None and waiter.cancel(msg=msg):
             # The wakeup callback will throw CancelledError into the coroutine.
@@ -312,10 +328,19 @@ def init_task(
     task._coro = coro
     task._context = contextvars.copy_context() if context is None else context
     instruments = _instruments_of(task)
-    schedule_step(task, None)
-    _register_task(task)
+    accounting = _accounting_of(task)
+    if accounting is not None:
+        task._corun_id = accounting.new_task_id()
+        parent = accounting.step_task
+        if parent is not None:
+            if not parent._corun_id:  # created before observation started
+                parent._corun_id = accounting.new_task_id()
+            task._corun_parent = parent._corun_id
+        accounting.task_spawned(task._corun_id, task._corun_parent, task._name)
     if instruments.task_spawned:
         instruments.call_task_hook("task_spawned", instruments.task_spawned, task)
+    schedule_step(task, None)
+    _register_task(task)
 
 
 def _instruments_of(task: TaskCore) -> Instruments:
@@ -323,6 +348,37 @@ def _instruments_of(task: TaskCore) -> Instruments:
     if task._corun_loop:
         return cast(LoopBase, task._loop)._corun_instruments
     return NO_INSTRUMENTS
+
+
+def _accounting_of(task: TaskCore) -> LoopAccounting | None:
+    """corun.observe's accounting on the task's loop, if it is on."""
+    if task._corun_loop:
+        return cast(LoopBase, task._loop)._corun_accounting
+    return None
+
+
+def account_task_step(task: TaskCore, duration: float, lag: float) -> None:
+    """Count one step of ``task`` that took ``duration``, ``lag`` after it was woken."""
+    task._corun_steps += 1
+    task._corun_busy += duration
+    if duration > task._corun_longest:
+        task._corun_longest = duration
+    if lag >= 0.0:
+        task._corun_wake_total += lag
+        if lag > task._corun_wake_max:
+            task._corun_wake_max = lag
+        # A running estimate of the 99th percentile (stochastic approximation:
+        # a step up of 0.99 * rate when above, down 0.01 * rate when not,
+        # settles where 1% of the samples lie above), scaled to its value.
+        estimate = task._corun_wake_p99
+        if estimate <= 0.0:
+            task._corun_wake_p99 = lag
+        else:
+            rate = 0.05 * estimate
+            if lag > estimate:
+                task._corun_wake_p99 = estimate + 0.99 * rate
+            else:
+                task._corun_wake_p99 = estimate - 0.01 * rate
 
 
 def schedule_step(task: TaskCore, exc: BaseException | None) -> None:
@@ -344,7 +400,16 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
         task._must_cancel = False
     task._fut_waiter = None
     loop = task._loop
-    instruments = _instruments_of(task)
+    # _instruments_of and _accounting_of in one: this runs on every step.
+    accounting: LoopAccounting | None = None
+    if task._corun_loop:
+        base = cast(LoopBase, loop)
+        instruments = base._corun_instruments
+        accounting = base._corun_accounting
+        if accounting is not None:
+            accounting.step_task = task
+    else:
+        instruments = NO_INSTRUMENTS
     if instruments.before_task_step:
         instruments.call_task_hook("before_task_step", instruments.before_task_step, task)
     _enter_task(loop, task)
@@ -401,6 +466,8 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
                 _handle_yield(task, result)
     finally:
         _leave_task(loop, task)
+        if accounting is not None and task._state != PENDING:
+            accounting.task_exited(task._corun_id, task._corun_steps + 1, task._name, task._state)
         if instruments.after_task_step:
             instruments.call_task_hook("after_task_step", instruments.after_task_step, task)
         if instruments.task_exited and task._state != PENDING:
@@ -469,3 +536,30 @@ def task_wakeup(task: TaskCore, future: Any) -> None:
         # Don't pass the result: the coroutine reads it from the future
         # itself, which keeps tracebacks shorter and frees the value sooner.
         task_step(task, None)
+
+
+#: What ``task_counters`` gives per task: id, parent id, steps, seconds busy,
+#: longest step, summed wake latency, longest wake latency, p99 estimate.
+TaskCounters = tuple[int, int, int, float, float, float, float, float]
+
+
+def task_counters(tasks: list[Any]) -> list[TaskCounters]:
+    """The accounting counters of ``tasks``, read in one compiled pass (for corun top)."""
+    out: list[TaskCounters] = []
+    for task in tasks:
+        if isinstance(task, TaskCore):
+            out.append(
+                (
+                    task._corun_id,
+                    task._corun_parent,
+                    task._corun_steps,
+                    task._corun_busy,
+                    task._corun_longest,
+                    task._corun_wake_total,
+                    task._corun_wake_max,
+                    task._corun_wake_p99,
+                )
+            )
+        else:
+            out.append((0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0))
+    return out

@@ -212,8 +212,11 @@ class TimerQueue:
             self._cancelled_count -= 1
         return None
 
-    def pop_due(self, end_time: float, ready: deque[Handle]) -> None:
-        """Move every timer due at or before ``end_time`` to ``ready``, in order."""
+    def pop_due(self, end_time: float, ready: deque[Handle], stamp: bool = False) -> None:
+        """Move every timer due at or before ``end_time`` to ``ready``, in order.
+
+        With ``stamp``, each is marked as queued at its deadline (see Handle._queued).
+        """
         heap = self._heap
         while heap and heap[0]._when < end_time:
             handle = _pop(heap)
@@ -221,6 +224,8 @@ class TimerQueue:
             if handle._cancelled:
                 self._cancelled_count -= 1
             else:
+                if stamp:
+                    handle._queued = handle._when
                 ready.append(handle)
 
     def clear(self) -> None:

@@ -1,0 +1,152 @@
+"""The answers ``corun ps``, ``top`` and ``dump`` get: JSON documents with a stable schema.
+
+They cover every observed loop of the process (usually one): the tasks of all
+of them, and the loop figures merged (histograms add up).
+
+``ps``: ``{"pid", "time", "blocked", "blocking", "loop", "tasks"}``, each task
+``{"id", "name", "parent", "state", "waiting_on", "stack"}``.
+``top``: ``{"pid", "time", "loop", "tasks"}``, each task ``{"id", "name",
+"state", "steps", "busy", "longest", "wake_mean", "wake_max", "wake_p99"}``
+(cumulative; ``corun top`` turns two answers into rates).
+``dump``: ``{"pid", "events", "stalls"}``.
+``loop``: ``{"lag": {"p50", "p90", "p99", "max", "count"}, "schedule": {...},
+"utilization", "cpu", "steps", "tasks": {state: count}}``. Durations in seconds
+except where a name ends in ``_ms``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from corun.observe.histogram import LatencyHistogram
+from corun.observe.observer import Observer
+from corun.observe.snapshot import LoopSummary, Stall, TaskSummary
+
+
+def loop_document(summaries: Sequence[LoopSummary]) -> dict[str, Any]:
+    """The loop figures of ``summaries`` merged into one JSON object."""
+    lag = LatencyHistogram.empty()
+    schedule = LatencyHistogram.empty()
+    tasks: dict[str, int] = {}
+    for summary in summaries:
+        lag = lag + summary.lag
+        schedule = schedule + summary.schedule
+        for state, count in summary.tasks.items():
+            tasks[state] = tasks.get(state, 0) + count
+    tasks["total"] = sum(tasks.values())
+    running = [s for s in summaries if s.running] or list(summaries)
+    return {
+        "lag": lag.summary(),
+        "schedule": schedule.summary(),
+        "utilization": max((s.utilization for s in running), default=0.0),
+        "cpu": sum(s.cpu for s in running),
+        "steps": sum(s.steps for s in summaries),
+        "loops": len(summaries),
+        "tasks": tasks,
+    }
+
+
+def stall_document(stall: Stall) -> dict[str, Any]:
+    """A stall as JSON."""
+    return {
+        "task": stall.task,
+        "task_id": stall.task_id,
+        "duration_ms": stall.duration * 1e3,
+        "cpu_ms": stall.cpu * 1e3,
+        "gc_ms": stall.gc * 1e3,
+        "computing": stall.computing,
+        "stack": list(stall.stack),
+        "t": stall.started,
+        "detected_after_ms": None if stall.detected_after is None else stall.detected_after * 1e3,
+        "backstop": stall.backstop,
+    }
+
+
+def _task_document(task: TaskSummary) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "name": task.name,
+        "parent": task.parent,
+        "state": task.state,
+        "waiting_on": task.waiting_on,
+        "stack": list(task.stack),
+    }
+
+
+def ps(observers: Sequence[Observer]) -> dict[str, Any]:
+    """The ``ps`` answer."""
+    summaries = []
+    tasks: list[dict[str, Any]] = []
+    blocking: dict[str, Any] | None = None
+    for observer in observers:
+        # Blocked? Read it first: the answer is about the loop as it was asked.
+        stall = observer.blocked()
+        if stall is not None and blocking is None:
+            blocking = {
+                "task": stall.task,
+                "for_ms": stall.duration * 1e3,
+                "stack": list(stall.stack),
+            }
+        listed = observer.tasks(stacks=True)
+        summaries.append(observer.summary(tuple(listed)))
+        tasks.extend(_task_document(task) for task in listed)
+    return {
+        "pid": os.getpid(),
+        "time": time.time(),
+        "blocked": blocking is not None,
+        "blocking": blocking,
+        "loop": loop_document(summaries),
+        "tasks": tasks,
+    }
+
+
+def top(observers: Sequence[Observer]) -> dict[str, Any]:
+    """The ``top`` answer: cumulative counters per task, no stacks."""
+    summaries = []
+    rows: list[dict[str, Any]] = []
+    for observer in observers:
+        listed = observer.tasks(stacks=False)
+        summaries.append(observer.summary(tuple(listed)))
+        rows.extend(
+            {
+                "id": task.id,
+                "name": task.name,
+                "state": task.state,
+                "steps": task.steps,
+                "busy": task.busy,
+                "longest": task.longest,
+                "wake_mean": task.wake_mean,
+                "wake_max": task.wake_max,
+                "wake_p99": task.wake_p99,
+            }
+            for task in listed
+        )
+    return {
+        "pid": os.getpid(),
+        "time": time.monotonic(),
+        "loop": loop_document(summaries),
+        "tasks": rows,
+    }
+
+
+def dump(observers: Sequence[Observer]) -> dict[str, Any]:
+    """The ``dump`` answer: the flight recorder's events, and the stalls with their stacks."""
+    events: list[dict[str, Any]] = []
+    stalls: list[dict[str, Any]] = []
+    for observer in observers:
+        events.extend(
+            {"t": e.time, "kind": e.kind, "task": e.task_id, "value": e.value, "text": e.text}
+            for e in observer.events()
+        )
+        stalls.extend(stall_document(stall) for stall in observer.stall_list())
+    events.sort(key=lambda event: event["t"])
+    return {"pid": os.getpid(), "events": events, "stalls": stalls}
+
+
+def encode(document: dict[str, Any]) -> str:
+    """Compact JSON text."""
+    return json.dumps(document, separators=(",", ":"))

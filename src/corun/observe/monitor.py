@@ -1,0 +1,221 @@
+"""The process's watchdog thread: stalls, 1 s windows, the faulthandler backstop.
+
+One daemon thread serves every observed loop of the process. It sleeps until
+the running step of some loop would become a stall (at most half the stall
+threshold), then reads the loop's published step and, if it still runs,
+the loop thread's stack from ``sys._current_frames()``. It needs the GIL for
+that, which a pure-Python loop gives up every switch interval (5 ms).
+
+A C call that holds the GIL stops the watchdog too. For that case
+``faulthandler``'s own C thread is armed to dump every thread's stack after
+``BACKSTOP`` seconds, and re-armed from here every ``BACKSTOP / 4``: while the
+watchdog runs, it never fires; once the GIL is stuck, it fires within
+``BACKSTOP``. The dump is read back when the GIL is free again and attached
+to the stall.
+
+A part that fails is logged on the ``corun`` logger and switched off; the
+loop itself never sees the failure.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+from typing import IO, TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from corun.observe.observer import Observer
+
+logger: Final = logging.getLogger("corun")
+
+#: Seconds a C call may hold the GIL before faulthandler dumps every stack.
+BACKSTOP: Final = 1.0
+#: Seconds between two windows of utilisation and CPU.
+WINDOW: Final = 1.0
+
+_THREAD_LINE: Final = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)")
+_FRAME_LINE: Final = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+
+
+def parse_faulthandler(text: str) -> dict[int, list[str]]:
+    """Stacks from a faulthandler dump, by thread id: ``file:line function``, innermost last."""
+    stacks: dict[int, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        header = _THREAD_LINE.match(line)
+        if header:
+            current = []
+            stacks[int(header.group(1), 16)] = current
+            continue
+        frame = _FRAME_LINE.match(line)
+        if frame and current is not None:
+            current.append(f"{frame.group(1)}:{frame.group(2)} {frame.group(3)}")
+    for stack in stacks.values():
+        stack.reverse()  # faulthandler prints the most recent call first
+    return stacks
+
+
+class Monitor:
+    """The watchdog thread and what it watches (one per process: ``MONITOR``)."""
+
+    def __init__(self) -> None:
+        self._observers: list[Observer] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._backstop_file: IO[bytes] | None = None
+        self._backstop_armed_at = 0.0
+        self._gc_started: dict[int, float] = {}
+        self._gc_installed = False
+        self._failed: set[str] = set()
+        self.server: Any = None
+
+    def observers(self) -> list[Observer]:
+        """The observers watched now."""
+        with self._lock:
+            return list(self._observers)
+
+    def add(self, observer: Observer) -> None:
+        """Watch ``observer``'s loop; start the thread and the server if needed."""
+        with self._lock:
+            self._observers.append(observer)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="corun-observe-watchdog", daemon=True
+                )
+                self._thread.start()
+        if not self._gc_installed:
+            gc.callbacks.append(self._gc_callback)
+            self._gc_installed = True
+        self._wake.set()
+
+    def remove(self, observer: Observer) -> None:
+        """Stop watching ``observer``'s loop."""
+        with self._lock:
+            if observer in self._observers:
+                self._observers.remove(observer)
+            empty = not self._observers
+        if empty:
+            self._disarm()
+            if self._gc_installed:
+                try:
+                    gc.callbacks.remove(self._gc_callback)
+                except ValueError:
+                    pass
+                self._gc_installed = False
+        self._wake.set()
+
+    # --- the thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_window = time.monotonic() + WINDOW
+        while True:
+            observers = self.observers()
+            if not observers:
+                with self._lock:
+                    if not self._observers:
+                        self._thread = None
+                        return
+                continue
+            now = time.monotonic()
+            sleep = 0.05
+            running = [o for o in observers if not self._retired(o) and o.running()]
+            # The backstop first: a dump that fired is the stack of the stall
+            # that the watchdog is about to see.
+            self._guarded("backstop", None, self._backstop, now, bool(running))
+            for observer in observers:
+                if not observer.closed:
+                    sleep = min(sleep, self._guarded("watch", observer, observer.watch, now))
+            if now >= next_window:
+                for observer in observers:
+                    self._guarded("window", observer, observer.window, now)
+                next_window = now + WINDOW
+            self._wake.wait(max(0.001, min(sleep, next_window - now)))
+            self._wake.clear()
+
+    def _retired(self, observer: Observer) -> bool:
+        loop = observer.loop
+        if loop is None or loop.is_closed():
+            observer.close()
+            return True
+        return False
+
+    def _guarded(self, part: str, observer: Observer | None, function: Any, *args: Any) -> Any:
+        if part in self._failed:
+            return 0.05
+        try:
+            return function(*args)
+        except Exception:
+            # Switch the part off for good: a part that failed once would fail again.
+            self._failed.add(part)
+            logger.exception("corun.observe: the %s part failed and is switched off", part)
+            if observer is not None:
+                observer.note(f"observer part {part} failed; switched off")
+            return 0.05
+
+    # --- the faulthandler backstop -----------------------------------------------
+
+    def _backstop(self, now: float, any_running: bool) -> None:
+        file = self._backstop_file
+        status = os.fstat(file.fileno()) if file is not None else None
+        if file is not None and status is not None and status.st_size:
+            file.seek(0)
+            text = file.read().decode("utf-8", "replace")
+            file.seek(0)
+            file.truncate()
+            # When it fired: the file's modification time, on the monotonic clock.
+            fired = time.monotonic() - max(0.0, time.time() - status.st_mtime)
+            self._backstop_fired(text, fired)
+            self._backstop_armed_at = 0.0
+        if not any_running:
+            self._disarm()
+            return
+        if now - self._backstop_armed_at >= BACKSTOP / 4:
+            if file is None:
+                # Kept open for the life of the process: faulthandler writes to its fd.
+                file = self._backstop_file = tempfile.TemporaryFile()  # noqa: SIM115
+            faulthandler.dump_traceback_later(BACKSTOP, repeat=False, file=file, exit=False)
+            self._backstop_armed_at = now
+
+    def _disarm(self) -> None:
+        if self._backstop_armed_at:
+            faulthandler.cancel_dump_traceback_later()
+            self._backstop_armed_at = 0.0
+
+    def _backstop_fired(self, text: str, fired: float) -> None:
+        stacks = parse_faulthandler(text)
+        for observer in self.observers():
+            thread_id = observer._thread_id
+            if thread_id is not None and thread_id in stacks:
+                observer.backstop_stack = tuple(stacks[thread_id])
+                observer.backstop_fired = fired
+                logger.warning(
+                    "corun.observe: a C call held the GIL for over %.1f s; faulthandler "
+                    "dumped the stacks (loop thread at %s)",
+                    BACKSTOP,
+                    stacks[thread_id][-1] if stacks[thread_id] else "?",
+                )
+
+    # --- the collector's share of a stall -------------------------------------------
+
+    def _gc_callback(self, phase: str, info: dict[str, Any]) -> None:
+        thread_id = threading.get_ident()
+        if phase == "start":
+            self._gc_started[thread_id] = time.perf_counter()
+            return
+        started = self._gc_started.pop(thread_id, None)
+        if started is None:
+            return
+        elapsed = time.perf_counter() - started
+        for observer in self._observers:
+            if observer._thread_id == thread_id:
+                observer.accounting.gc_total += elapsed
+
+
+MONITOR: Final = Monitor()

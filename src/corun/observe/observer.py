@@ -1,0 +1,479 @@
+"""``Observer``: the accounting of one loop, read into snapshots, and its stall watch.
+
+``enable(loop)`` attaches the runtime's compiled accounting to a corun loop
+and registers the loop with the process's watchdog thread (``monitor.py``).
+Everything here that runs off the loop's thread reads what the loop
+publishes; nothing asks the loop to do anything, so it all works while the
+loop is blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+import weakref
+from typing import Any, Final
+
+from corun.observe.histogram import LatencyHistogram
+from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
+from corun.observe.waits import task_stack, thread_stack, waiting_on
+from corun.runtime.engine.accounting import KIND_NAMES, NOTE, STALL, SUMMARY, LoopAccounting
+from corun.runtime.engine.task_core import TaskCore, task_counters
+from corun.runtime.loop import EventLoop
+
+logger: Final = logging.getLogger("corun")
+
+#: The default stall threshold, and the lowest one allowed, in seconds.
+DEFAULT_STALL_THRESHOLD: Final = 0.1
+MIN_STALL_THRESHOLD: Final = 0.01
+#: Stalls kept with their stacks.
+MAX_STALLS: Final = 128
+
+
+class ObserveError(Exception):
+    """Observation could not be turned on (not a corun loop, or a bad setting)."""
+
+
+class _Watch:
+    """The watchdog's view of the step it saw running (one per observer)."""
+
+    __slots__ = (
+        "backstop",
+        "cpu_first",
+        "cpu_last",
+        "detected_at",
+        "first_seen",
+        "last_seen",
+        "owner",
+        "seq",
+        "stack",
+    )
+
+    def __init__(self, seq: int, first_seen: float, cpu_first: float) -> None:
+        self.seq = seq
+        # The first and the last time the step was seen running, with the
+        # loop thread's CPU time then: the CPU share of the step.
+        self.first_seen = first_seen
+        self.cpu_first = cpu_first
+        self.last_seen = first_seen
+        self.cpu_last = cpu_first
+        self.detected_at: float | None = None
+        self.stack: tuple[str, ...] = ()
+        self.owner: str = ""
+        # The stack came from the faulthandler backstop.
+        self.backstop = False
+
+
+class Observer:
+    """Observation of one corun loop. Made by ``corun.observe.enable``.
+
+    ``snapshot()`` gives everything measured so far; ``close()`` turns it off.
+    """
+
+    def __init__(self, loop: EventLoop, stall_threshold: float) -> None:
+        self._loop_ref: weakref.ReferenceType[EventLoop] = weakref.ref(loop)
+        self.stall_threshold: float = stall_threshold
+        self.accounting: LoopAccounting = LoopAccounting(loop._clock, stall_threshold)
+        self.stalls: collections.deque[Stall] = collections.deque(maxlen=MAX_STALLS)
+        self.closed: bool = False
+        self._lock = threading.Lock()  # guards stalls against the reader threads
+        self._watch: _Watch | None = None
+        # The watch of the last step seen to stall, until its long step is taken.
+        self._finished: _Watch | None = None
+        # The loop thread's stack from a faulthandler dump (monitor.py), for
+        # the stall that the watchdog could not see (a C call held the GIL).
+        self.backstop_stack: tuple[str, ...] = ()
+        self.backstop_fired: float = 0.0
+        # The last whole 1 s window.
+        self.utilization: float = 0.0
+        self.cpu: float = 0.0
+        self._window_start: float = time.monotonic()
+        self._window_wait: float = 0.0
+        self._window_cpu: float | None = None
+        self._window_steps: int = 0
+        self._window_lag: LatencyHistogram = LatencyHistogram.empty()
+        self._thread_id: int | None = None
+        self._cpu_clock: int | None = None
+        loop._set_accounting(self.accounting)
+
+    # --- the public side ------------------------------------------------------
+
+    @property
+    def loop(self) -> EventLoop | None:
+        """The observed loop (None once it was collected)."""
+        return self._loop_ref()
+
+    def close(self) -> None:
+        """Turn observation of this loop off."""
+        if self.closed:
+            return
+        self.closed = True
+        loop = self._loop_ref()
+        if loop is not None and loop._corun_accounting is self.accounting:
+            loop._set_accounting(None)
+        from corun.observe.monitor import MONITOR
+
+        MONITOR.remove(self)
+
+    def snapshot(self, *, stacks: bool = True) -> Snapshot:
+        """Everything measured so far, frozen. Safe from any thread.
+
+        ``stacks=False`` leaves out each task's await chain and wait, which is
+        the costly part with many tasks.
+        """
+        tasks = tuple(self.tasks(stacks=stacks))
+        return Snapshot(
+            loop=self.summary(tasks),
+            tasks=tasks,
+            stalls=self.stall_list(),
+            events=tuple(self.events()),
+            blocked=self.blocked(),
+        )
+
+    def summary(self, tasks: tuple[TaskSummary, ...] | None = None) -> LoopSummary:
+        """The loop-wide figures (``tasks`` saves listing them again)."""
+        accounting = self.accounting
+        if tasks is None:
+            tasks = tuple(self.tasks(stacks=False))
+        states: dict[str, int] = {}
+        for task in tasks:
+            states[task.state] = states.get(task.state, 0) + 1
+        loop = self._loop_ref()
+        return LoopSummary(
+            lag=self.lag(),
+            schedule=LatencyHistogram.copy_of(accounting.schedule),
+            utilization=self.utilization,
+            cpu=self.cpu,
+            steps=accounting.steps,
+            busy=accounting.busy,
+            tasks=states,
+            tasks_spawned=accounting.tasks_spawned,
+            tasks_exited=accounting.tasks_exited,
+            running=loop is not None and loop.is_running(),
+        )
+
+    def lag(self) -> LatencyHistogram:
+        """The loop's lag: every handle's lateness, task steps included."""
+        accounting = self.accounting
+        return LatencyHistogram.copy_of(accounting.lag) + LatencyHistogram.copy_of(
+            accounting.schedule
+        )
+
+    def live_tasks(self) -> list[Any]:
+        """The loop's pending tasks, read without the loop's help."""
+        loop = self._loop_ref()
+        if loop is None:
+            return []
+        registry: Any = asyncio.tasks._all_tasks  # type: ignore[attr-defined]
+        for _attempt in range(100):
+            try:
+                # list() of a WeakSet can fail if the loop adds a task meanwhile.
+                candidates = list(registry)
+                break
+            except RuntimeError:
+                continue
+        else:
+            candidates = []
+        return [t for t in candidates if t.get_loop() is loop and not t.done()]
+
+    def tasks(self, *, stacks: bool = True, chunk: int = 256) -> list[TaskSummary]:
+        """A summary of each live task.
+
+        Off the loop's thread, the walk yields the GIL every ``chunk`` tasks so
+        that a loop with 10,000 tasks is never held up for long.
+        """
+        live = self.live_tasks()
+        counters = task_counters(live)
+        step_task = self.accounting.step_task
+        loop = self._loop_ref()
+        now = loop.time() if loop is not None else 0.0
+        off_loop = loop is None or threading.get_ident() != loop._thread_id
+        out: list[TaskSummary] = []
+        for index, task in enumerate(live):
+            if off_loop and index and index % chunk == 0:
+                time.sleep(0)  # let the loop's thread have the GIL
+            ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters[index]
+            waiter = task._fut_waiter if isinstance(task, TaskCore) else None
+            if task is step_task:
+                state = "running"
+            elif task.cancelling():
+                state = "cancelling"
+            elif waiter is None:
+                state = "ready"
+            else:
+                state = "waiting"
+            out.append(
+                TaskSummary(
+                    id=ident or id(task),
+                    name=task.get_name(),
+                    parent=parent or None,
+                    state=state,
+                    steps=steps,
+                    busy=busy,
+                    longest=longest,
+                    wake_mean=wake_total / steps if steps else 0.0,
+                    wake_max=wake_max,
+                    wake_p99=wake_p99,
+                    waiting_on=_safe(waiting_on, task, now)
+                    if stacks and waiter is not None
+                    else "",
+                    stack=tuple(_safe(task_stack, task) or ()) if stacks else (),
+                )
+            )
+        return out
+
+    def stall_list(self) -> tuple[Stall, ...]:
+        """The stalls kept, oldest first."""
+        with self._lock:
+            return tuple(self.stalls)
+
+    def events(self) -> list[Event]:
+        """The flight recorder's events, oldest first."""
+        return [
+            Event(stamp, KIND_NAMES.get(kind, str(kind)), a, b, text)
+            for stamp, kind, a, b, text in self.accounting.recorder.events()
+        ]
+
+    def blocked(self) -> Stall | None:
+        """The step holding the loop now, if it has run past the stall threshold."""
+        accounting = self.accounting
+        handle = accounting.step_handle
+        if handle is None:
+            return None
+        start = accounting.step_start
+        seq = accounting.step_seq
+        running = self._clock() - start
+        if running < self.stall_threshold:
+            return None
+        watch = self._watch
+        stack = watch.stack if watch is not None and watch.seq == seq else ()
+        if not stack:
+            stack = self._loop_stack()
+        return Stall(
+            task=self._owner_name(accounting.step_task, handle),
+            task_id=_task_id(accounting.step_task),
+            duration=running,
+            cpu=0.0,
+            gc=accounting.gc_total - accounting.step_gc,
+            stack=stack,
+            started=time.time() - running,
+            detected_after=None,
+        )
+
+    # --- the watchdog's side (monitor.py calls these on its thread) ------------
+
+    def running(self) -> bool:
+        """Whether the observed loop is running."""
+        loop = self._loop_ref()
+        return loop is not None and loop.is_running()
+
+    def _clock(self) -> float:
+        return self.accounting.clock()
+
+    def _loop_thread(self) -> int | None:
+        loop = self._loop_ref()
+        thread_id = loop._thread_id if loop is not None else None
+        if thread_id != self._thread_id:
+            self._thread_id = thread_id
+            self._cpu_clock = None
+            if thread_id is not None:
+                try:
+                    self._cpu_clock = time.pthread_getcpuclockid(thread_id)
+                except OSError:
+                    self._cpu_clock = None
+        return thread_id
+
+    def _thread_cpu(self) -> float:
+        clock = self._cpu_clock
+        if clock is None:
+            return 0.0
+        try:
+            return time.clock_gettime(clock)
+        except OSError:
+            return 0.0
+
+    def _loop_stack(self) -> tuple[str, ...]:
+        thread_id = self._thread_id
+        if thread_id is None:
+            return ()
+        import sys
+
+        frame = sys._current_frames().get(thread_id)
+        return tuple(thread_stack(frame))
+
+    def _owner_name(self, task: Any, handle: object) -> str:
+        if task is not None:
+            try:
+                return str(task.get_name())
+            except Exception:
+                return "<task>"
+        try:
+            return repr(handle)
+        except Exception:
+            return "<callback>"
+
+    def watch(self, now: float) -> float:
+        """Look at the running step once; return how long the watchdog may sleep."""
+        accounting = self.accounting
+        self._loop_thread()
+        handle = accounting.step_handle
+        seq = accounting.step_seq
+        start = accounting.step_start
+        watch = self._watch
+        # While the loop waits, look this often: a step that starts right
+        # after a look is seen by the next one, in time to wake at its threshold.
+        idle = min(0.01, self.stall_threshold / 4)
+        if handle is None or watch is None or watch.seq != seq:
+            if watch is not None:
+                # Its long step is taken below, or on a later look.
+                self._finished = watch
+            self._watch = None if handle is None else _Watch(seq, now, self._thread_cpu())
+            self._take_long_steps(now)
+            if handle is None:
+                return idle
+            # Wake when the step would become a stall: a step that ends before
+            # then is followed by one that started later, so none is missed.
+            return max(0.0, start + self.stall_threshold - now)
+        watch.last_seen = now
+        watch.cpu_last = self._thread_cpu()
+        self._take_long_steps(now)
+        # Read it while it blocks: the point of the watchdog.
+        if watch.detected_at is None:
+            if now - start < self.stall_threshold:
+                return max(0.0, start + self.stall_threshold - now)
+            if accounting.step_seq == seq:
+                watch.owner = self._owner_name(accounting.step_task, handle)
+                if self.backstop_stack and self.backstop_fired >= start:
+                    # The GIL was held until now: faulthandler read the stack.
+                    watch.stack, watch.backstop = self.backstop_stack, True
+                    watch.detected_at = self.backstop_fired
+                    self.backstop_stack = ()
+                else:
+                    watch.stack = self._loop_stack()
+                    watch.detected_at = now
+                _warn(watch.owner, now - start, watch.stack)
+        return idle
+
+    def _take_long_steps(self, now: float) -> None:
+        accounting = self.accounting
+        if not accounting.long_steps:
+            return
+        taken = accounting.long_steps[:]
+        del accounting.long_steps[: len(taken)]
+        watch = self._watch
+        cpu_now = self._thread_cpu()
+        for seq, owner, start, duration, gc_seconds in taken:
+            task = owner if isinstance(owner, TaskCore) else None
+            seen = watch if watch is not None and watch.seq == seq else self._last_watch(seq)
+            stack: tuple[str, ...] = ()
+            detected_after: float | None = None
+            cpu = 0.0
+            if seen is not None:
+                # The CPU share over what the watchdog saw of the step (or, seen
+                # once only, up to now), applied to all of it.
+                if seen.last_seen > seen.first_seen:
+                    share = (seen.cpu_last - seen.cpu_first) / (seen.last_seen - seen.first_seen)
+                else:
+                    share = (cpu_now - seen.cpu_first) / max(now - seen.first_seen, 1e-9)
+                cpu = duration * min(1.0, share)
+                if seen.detected_at is not None:
+                    stack = seen.stack
+                    detected_after = seen.detected_at - start
+            backstop = seen is not None and seen.backstop
+            if not stack and self.backstop_stack and self.backstop_fired >= start:
+                stack, backstop = self.backstop_stack, True
+                detected_after = self.backstop_fired - start
+                self.backstop_stack = ()
+            stall = Stall(
+                task=self._owner_name(task, owner),
+                task_id=_task_id(task),
+                duration=duration,
+                cpu=max(0.0, cpu),
+                gc=gc_seconds,
+                stack=stack,
+                started=time.time() - (self._clock() - start),
+                detected_after=detected_after,
+                backstop=backstop,
+            )
+            self.add_stall(stall)
+
+    def _last_watch(self, seq: int) -> _Watch | None:
+        # The watch of a step that ended is replaced when the next step is
+        # seen; keep the one that detected it until its long step is taken.
+        finished = self._finished
+        return finished if finished is not None and finished.seq == seq else None
+
+    def add_stall(self, stall: Stall) -> None:
+        """Keep a stall, and write it to the flight recorder."""
+        with self._lock:
+            self.stalls.append(stall)
+        where = stall.stack[-1] if stall.stack else "(no stack)"
+        self.accounting.recorder.add(
+            STALL,
+            stall.task_id or 0,
+            int(stall.duration * 1e6),
+            f"{stall.task[:30]} @ {where.rsplit('/', 1)[-1]}",
+        )
+
+    def window(self, now: float) -> None:
+        """Close a 1 s window: utilisation, CPU, and a summary in the flight recorder."""
+        accounting = self.accounting
+        elapsed = now - self._window_start
+        if elapsed <= 0.0:
+            return
+        waited = accounting.io_wait_total
+        since = accounting.io_wait_since
+        in_progress = self._clock() - since if since else 0.0
+        total_wait = waited + in_progress
+        loop = self._loop_ref()
+        running = loop is not None and loop.is_running()
+        wait = total_wait - self._window_wait
+        self.utilization = max(0.0, min(1.0, 1.0 - wait / elapsed)) if running else 0.0
+        cpu_now = self._thread_cpu()
+        if self._window_cpu is not None and running:
+            self.cpu = max(0.0, (cpu_now - self._window_cpu) / elapsed)
+        else:
+            self.cpu = 0.0
+        lag = self.lag()
+        window_lag = lag - self._window_lag
+        steps = accounting.steps - self._window_steps
+        if running and steps:
+            alive = accounting.tasks_spawned - accounting.tasks_exited
+            accounting.recorder.add(
+                SUMMARY,
+                steps,
+                max(0, alive),
+                f"busy {self.utilization:.0%} cpu {self.cpu:.0%} "
+                f"lag p50 {window_lag.p50 * 1e3:.2f}ms p99 {window_lag.p99 * 1e3:.2f}ms",
+            )
+        self._window_start = now
+        self._window_wait = total_wait
+        self._window_cpu = cpu_now
+        self._window_steps = accounting.steps
+        self._window_lag = lag
+
+    def note(self, text: str) -> None:
+        """Write a note to the flight recorder (an observer part that failed, say)."""
+        self.accounting.recorder.add(NOTE, 0, 0, text)
+
+
+def _task_id(task: Any) -> int | None:
+    if task is None:
+        return None
+    ident = getattr(task, "_corun_id", 0)
+    return int(ident) if ident else id(task)
+
+
+def _safe(function: Any, *args: Any) -> Any:
+    try:
+        return function(*args)
+    except Exception as exc:  # a task mid-change; say so rather than fail the answer
+        return f"(unreadable: {type(exc).__name__})" if function is waiting_on else None
+
+
+def _warn(owner: str, running: float, stack: tuple[str, ...]) -> None:
+    where = stack[-1] if stack else "an unknown place"
+    logger.warning("%s has blocked the event loop for %.0f ms, at %s", owner, running * 1e3, where)

@@ -1,0 +1,273 @@
+"""The loop's accounting: what ``corun.observe`` reads, kept by the compiled core.
+
+Nothing here runs unless ``corun.observe`` attaches a ``LoopAccounting`` to a
+loop (``LoopBase._corun_accounting``). Then the loop:
+
+* stamps every handle with the time it was queued (``Handle._queued``), or
+  with its deadline for a timer, and records the lateness of each one when it
+  runs: a task's step (its wake-to-run latency) in ``schedule``, any other
+  handle in ``lag``. The loop's lag is the two added up: one record per
+  handle instead of two;
+* reads the clock once between two handles: the end of one step is the start
+  of the next;
+* publishes the step that is running (``step_seq``, ``step_start``,
+  ``step_handle``, ``step_task``) for the watchdog thread, which reads them
+  without the loop's help;
+* keeps per-task counters in the task's own ``_corun_*`` fields;
+* keeps the time spent waiting for I/O (``io_wait_total``, and
+  ``io_wait_since`` while a wait is in progress);
+* lists the steps that ran longer than ``stall_threshold`` in ``long_steps``;
+* writes task spawns, exits and cancellations to the flight recorder
+  (``EventRing``).
+
+Python-level ``Instrument`` hooks cost 175 ns per step and more; this is the
+same work compiled, at a fraction of that (``benchmarks/README.md``).
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from mypy_extensions import i64
+
+# --- the histogram -------------------------------------------------------------
+#
+# Log-linear, in nanoseconds, as HdrHistogram lays it out: bucket 0 holds
+# everything under 2**10 ns (about 1 us); above that, each power of two is cut
+# into 64 equal buckets, up to 2**36 ns (about 69 s); the last bucket holds the
+# rest. A bucket is at most 1/64 of its lower bound wide, so its midpoint is
+# within 0.8% of any value in it.
+SUB_BITS: Final = 6
+SUB_BUCKETS: Final = 1 << SUB_BITS
+LOW_EXPONENT: Final = 10
+HIGH_EXPONENT: Final = 36
+BUCKETS: Final = 2 + (HIGH_EXPONENT - LOW_EXPONENT) * SUB_BUCKETS
+_LOW: Final = 1 << LOW_EXPONENT
+_HIGH: Final = 1 << HIGH_EXPONENT
+
+
+def bucket_of(ns: i64) -> i64:
+    """The bucket of a duration of ``ns`` nanoseconds."""
+    if ns < _LOW:
+        return 0
+    if ns >= _HIGH:
+        return BUCKETS - 1
+    # exponent: the position of the leading one bit (ns is in [2**e, 2**(e+1))),
+    # found by halving the range: native 64-bit shifts, a handful of them.
+    exponent: i64 = LOW_EXPONENT
+    rest: i64 = ns >> LOW_EXPONENT
+    if rest >= 1 << 16:
+        rest >>= 16
+        exponent += 16
+    if rest >= 1 << 8:
+        rest >>= 8
+        exponent += 8
+    if rest >= 1 << 4:
+        rest >>= 4
+        exponent += 4
+    if rest >= 1 << 2:
+        rest >>= 2
+        exponent += 2
+    if rest >= 1 << 1:
+        exponent += 1
+    # The SUB_BITS bits after the leading one pick the bucket within the octave.
+    sub: i64 = (ns >> (exponent - SUB_BITS)) & (SUB_BUCKETS - 1)
+    return 1 + (exponent - LOW_EXPONENT) * SUB_BUCKETS + sub
+
+
+def bucket_bounds(index: int) -> tuple[int, int]:
+    """The range of nanoseconds ``[low, high)`` that bucket ``index`` holds."""
+    if index <= 0:
+        return 0, 1 << LOW_EXPONENT
+    if index >= BUCKETS - 1:
+        return 1 << HIGH_EXPONENT, 1 << 62
+    exponent = LOW_EXPONENT + (index - 1) // SUB_BUCKETS
+    sub = (index - 1) % SUB_BUCKETS
+    width = 1 << (exponent - SUB_BITS)
+    low = (SUB_BUCKETS + sub) * width
+    return low, low + width
+
+
+class Histogram:
+    """Counts of durations in log-linear buckets (see ``bucket_of``), and their maximum.
+
+    Written by the loop's thread; read by others, which copy ``counts`` (a
+    list, so a copy is one C call under the GIL).
+    """
+
+    def __init__(self) -> None:
+        self.counts: list[int] = [0] * BUCKETS
+        #: The sum of the durations, and the largest, in seconds.
+        self.total: float = 0.0
+        self.max: float = 0.0
+
+    def record(self, seconds: float) -> None:
+        """Count one duration (negative ones, from clock granularity, count as zero)."""
+        if seconds > 0.0:
+            self.total += seconds
+            if seconds > self.max:
+                self.max = seconds
+            # Beyond i64 only after 292 years: clamped by bucket_of long before.
+            ns: i64 = i64(seconds * 1e9) if seconds < 1e9 else i64(1 << 62)
+            self.counts[bucket_of(ns)] += 1
+        else:
+            self.counts[0] += 1
+
+
+# --- the flight recorder ----------------------------------------------------------
+#
+# One bytearray of fixed-size slots, written round and round: its size is the
+# recorder's whole memory. A slot holds a header and a short UTF-8 text:
+#   f64 wall-clock time, u8 kind, u8 text length, u64 a, u64 b, text.
+_HEADER: Final = struct.Struct("<dBBQQ")
+HEADER_SIZE: Final = 26
+#: The longest text an event keeps, in bytes; longer ones are cut.
+MAX_TEXT: Final = 70
+SLOT: Final = HEADER_SIZE + MAX_TEXT
+#: Slots in a recorder: 10,922 events in 1 MiB.
+SLOTS: Final = (1 << 20) // SLOT
+
+SPAWN: Final = 1  # a: task id, b: parent id, text: name
+EXIT: Final = 2  # a: task id, b: steps, text: "name outcome"
+CANCEL: Final = 3  # a: task id, b: 0, text: "name <- canceller frames"
+SUMMARY: Final = 4  # a: steps in the second, b: tasks alive, text: figures
+STALL: Final = 5  # a: task id or 0, b: duration in us, text: what stalled
+NOTE: Final = 6  # a, b: 0, text: anything else (an observer that failed)
+
+KIND_NAMES: Final = {
+    SPAWN: "spawn",
+    EXIT: "exit",
+    CANCEL: "cancel",
+    SUMMARY: "summary",
+    STALL: "stall",
+    NOTE: "note",
+}
+
+_pack_into: Final = _HEADER.pack_into
+_unpack_from: Final = _HEADER.unpack_from
+_wall: Final = time.time
+_U64: Final = (1 << 64) - 1
+
+
+class EventRing:
+    """The flight recorder: the newest events, in a fixed number of bytes.
+
+    Written by the loop's thread (and the watchdog's, under the GIL); read by
+    any thread through ``events()``.
+    """
+
+    def __init__(self, slots: int = SLOTS) -> None:
+        if slots < 16:
+            raise ValueError("an event ring needs at least 16 slots")
+        self.slots: int = slots
+        self.buffer: bytearray = bytearray(slots * SLOT)
+        #: Events ever written; the next one goes to slot written % slots.
+        self.written: int = 0
+
+    def add(self, kind: int, a: int, b: int, text: str) -> None:
+        """Write an event over the oldest one."""
+        data = text.encode("utf-8", "replace")
+        if len(data) > MAX_TEXT:
+            data = data[:MAX_TEXT]
+        offset = (self.written % self.slots) * SLOT
+        size = len(data)
+        _pack_into(self.buffer, offset, _wall(), kind, size, a & _U64, b & _U64)
+        start = offset + HEADER_SIZE
+        self.buffer[start : start + size] = data
+        self.written += 1
+
+    def events(self) -> list[tuple[float, int, int, int, str]]:
+        """Every event still held, oldest first: ``(time, kind, a, b, text)``."""
+        buffer = bytes(self.buffer)  # one copy: the loop may go on writing
+        written = self.written
+        slots = self.slots
+        first = written - slots if written > slots else 0
+        out: list[tuple[float, int, int, int, str]] = []
+        for number in range(first, written):
+            offset = (number % slots) * SLOT
+            stamp, kind, size, a, b = _unpack_from(buffer, offset)
+            start = offset + HEADER_SIZE
+            text = buffer[start : start + size].decode("utf-8", "replace")
+            out.append((stamp, kind, a, b, text))
+        return out
+
+
+# --- the loop's accounting ---------------------------------------------------------
+
+
+class LoopAccounting:
+    """What the loop keeps for ``corun.observe`` (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float], stall_threshold: float) -> None:
+        self.clock: Callable[[], float] = clock
+        self.lag: Histogram = Histogram()
+        self.schedule: Histogram = Histogram()
+        self.recorder: EventRing = EventRing()
+        self.stall_threshold: float = stall_threshold
+        # The running step. step_seq changes when a step starts; step_handle
+        # is None between batches of handles (the loop waits or does its own
+        # bookkeeping).
+        self.step_seq: int = 0
+        self.step_start: float = 0.0
+        self.step_handle: object = None
+        self.step_task: Any = None
+        # Seconds the collector ran, kept by corun.observe's gc callback;
+        # step_gc is its value when the running step started.
+        self.gc_total: float = 0.0
+        self.step_gc: float = 0.0
+        self.steps: int = 0
+        self.busy: float = 0.0
+        self.io_wait_total: float = 0.0
+        self.io_wait_since: float = 0.0
+        self.tasks_spawned: int = 0
+        self.tasks_exited: int = 0
+        self._next_task_id: int = 0
+        # (seq, owner, start, duration, gc seconds): steps over stall_threshold,
+        # taken by the watchdog; bounded in case nobody takes them.
+        self.long_steps: list[tuple[int, object, float, float, float]] = []
+
+    def new_task_id(self) -> int:
+        """A number for a new task, unique for this loop."""
+        self._next_task_id += 1
+        return self._next_task_id
+
+    def long_step(self, owner: object, start: float, duration: float) -> None:
+        """Note a step that ran longer than ``stall_threshold``."""
+        if len(self.long_steps) < 1024:
+            self.long_steps.append(
+                (self.step_seq, owner, start, duration, self.gc_total - self.step_gc)
+            )
+
+    def task_spawned(self, task_id: int, parent_id: int, name: str) -> None:
+        """Record a new task."""
+        self.tasks_spawned += 1
+        self.recorder.add(SPAWN, task_id, parent_id, name)
+
+    def task_exited(self, task_id: int, steps: int, name: str, outcome: str) -> None:
+        """Record a task that finished."""
+        self.tasks_exited += 1
+        self.recorder.add(EXIT, task_id, steps, f"{name} {outcome}")
+
+    def task_cancelled(self, task_id: int, name: str) -> None:
+        """Record a cancellation request, with where it came from."""
+        self.recorder.add(CANCEL, task_id, 0, f"{name} <- {canceller()}")
+
+
+def canceller() -> str:
+    """The innermost Python frames of whoever is running now: ``file:line function``, newest first.
+
+    Compiled code has no frames, so the innermost one is the caller's.
+    """
+    frame = sys._getframe(0)
+    parts: list[str] = []
+    while frame is not None and len(parts) < 3:
+        code = frame.f_code
+        filename = code.co_filename
+        slash = filename.rfind("/")
+        parts.append(f"{filename[slash + 1 :]}:{frame.f_lineno} {code.co_name}")
+        frame = frame.f_back  # type: ignore[assignment]
+    return " < ".join(parts)

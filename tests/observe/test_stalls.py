@@ -1,0 +1,204 @@
+"""The stall detection suite: four kinds of stall, each found in time, named, with its stack.
+
+Each test blocks a real corun loop in a different way and checks what the
+watchdog saw *while* it blocked: the right task or callback, the blocking
+function on the stack, computing or parked, and the final duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import corun
+import corun.observe as observe
+from corun.observe import Stall
+
+# Detection budget: the threshold plus 10 ms, at the 99th percentile.
+SLACK = 0.010
+
+
+@pytest.fixture
+def loop() -> Iterator[corun.EventLoop]:
+    loop = corun.new_event_loop()
+    try:
+        yield loop
+    finally:
+        observer = observe.observer_of(loop)
+        if observer is not None:
+            observer.close()
+        loop.close()
+
+
+def _wait_for_stalls(observer: observe.Observer, count: int) -> tuple[Stall, ...]:
+    # The watchdog takes a finished stall on its next look.
+    deadline = time.monotonic() + 5.0
+    while len(observer.stall_list()) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return observer.stall_list()
+
+
+def _delays(stalls: tuple[Stall, ...]) -> list[float]:
+    # A stall the watchdog did not see while it ran counts as never detected.
+    return sorted(math.inf if s.detected_after is None else s.detected_after for s in stalls)
+
+
+def _p99_delay(stalls: tuple[Stall, ...]) -> float:
+    delays = _delays(stalls)
+    return delays[math.ceil(0.99 * len(delays)) - 1]
+
+
+def _sleeping_step(seconds: float = 0.3) -> None:
+    time.sleep(seconds)
+
+
+def _busy_step(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_time_sleep_in_a_task_is_a_parked_stall_found_in_time(loop: corun.EventLoop) -> None:
+    # time.sleep releases the GIL: the watchdog must see each stall within
+    # the threshold plus 10 ms, at the 99th percentile.
+    threshold = 0.02
+    rounds = 120  # the 99th percentile of 120 leaves out the worst one
+    observer = observe.enable(loop, stall_threshold=threshold, serve=False)
+
+    async def sleeper() -> None:
+        for _ in range(rounds):
+            await asyncio.sleep(0.005)
+            _sleeping_step(0.04)
+
+    async def main() -> None:
+        await asyncio.create_task(sleeper(), name="the-sleeper")
+
+    loop.run_until_complete(main())
+    stalls = _wait_for_stalls(observer, rounds)
+    assert len(stalls) == rounds
+    for stall in stalls:
+        assert stall.task == "the-sleeper"
+        assert stall.task_id is not None
+        assert 0.039 <= stall.duration < 0.2
+        assert not stall.computing, stall
+        if stall.detected_after is not None:  # seen while it blocked
+            assert stall.stack[-1].endswith(" _sleeping_step"), stall.stack
+            assert any(line.endswith(" sleeper") for line in stall.stack)
+    assert _p99_delay(stalls) <= threshold + SLACK, _delays(stalls)
+
+
+def test_a_busy_loop_is_a_computing_stall_seen_while_it_runs(loop: corun.EventLoop) -> None:
+    # A pure-Python loop holds the GIL and hands it over every switch
+    # interval: the watchdog needs it twice (to see the step start, and at
+    # the threshold), so its budget is two switch intervals more.
+    threshold = 0.02
+    budget = threshold + SLACK + 2 * sys.getswitchinterval()
+    observer = observe.enable(loop, stall_threshold=threshold, serve=False)
+    rounds = 30
+
+    async def spinner() -> None:
+        for _ in range(rounds):
+            await asyncio.sleep(0.005)
+            _busy_step(0.06)
+
+    loop.run_until_complete(spinner())
+    stalls = _wait_for_stalls(observer, rounds)
+    assert len(stalls) == rounds
+    seen = [s for s in stalls if s.detected_after is not None]
+    assert all(s.stack[-1].endswith(" _busy_step") for s in seen)
+    assert all(s.computing for s in seen), [round(s.cpu / s.duration, 2) for s in seen]
+    assert _p99_delay(stalls) <= budget, _delays(stalls)
+
+
+def _c_call_holding_the_gil(seconds: float) -> int:
+    # sum() over a range runs in C without ever releasing the GIL.
+    start = time.perf_counter()
+    sum(range(10**6))
+    per_million = time.perf_counter() - start
+    return sum(range(int(seconds / per_million * 10**6)))
+
+
+def test_a_c_call_holding_the_gil_is_caught_by_the_faulthandler_backstop(
+    loop: corun.EventLoop,
+) -> None:
+    observer = observe.enable(loop, stall_threshold=0.05, serve=False)
+
+    async def cruncher() -> None:
+        # Let the watchdog arm the backstop while the loop runs.
+        await asyncio.sleep(0.4)
+        _c_call_holding_the_gil(2.0)
+
+    started = time.monotonic()
+    loop.run_until_complete(asyncio.ensure_future(cruncher(), loop=loop))
+    held = time.monotonic() - started - 0.4
+    assert held > 1.2, "the C call was too quick to test the backstop"
+    (stall,) = _wait_for_stalls(observer, 1)
+    assert stall.backstop, stall
+    # faulthandler dumped the stacks within BACKSTOP (1 s) of the GIL getting stuck.
+    assert stall.detected_after is not None and stall.detected_after <= 1.05, stall
+    assert stall.stack[-1].endswith(" _c_call_holding_the_gil"), stall.stack
+    assert any(line.endswith(" cruncher") for line in stall.stack)
+    assert stall.duration >= 1.2
+
+
+def test_a_blocking_data_received_is_a_callback_stall(loop: corun.EventLoop) -> None:
+    observer = observe.enable(loop, stall_threshold=0.05, serve=False)
+
+    class Blocking(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            time.sleep(0.25)
+
+    async def main() -> None:
+        server = await loop.create_server(Blocking, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        try:
+            client.sendall(b"hello")
+            await asyncio.sleep(0.5)
+        finally:
+            client.close()
+            server.close()
+            await server.wait_closed()
+
+    loop.run_until_complete(main())
+    (stall,) = _wait_for_stalls(observer, 1)
+    assert stall.task_id is None, "a callback, not a task"
+    assert "_read_ready" in stall.task, stall.task
+    assert stall.stack[-1].endswith(" data_received"), stall.stack
+    assert stall.detected_after is not None and stall.detected_after <= 0.05 + SLACK
+    assert not stall.computing
+
+
+def test_a_stall_shows_in_the_flight_recorder_and_the_blocked_view(
+    loop: corun.EventLoop,
+) -> None:
+    observer = observe.enable(loop, stall_threshold=0.05, serve=False)
+    seen: list[Stall | None] = []
+
+    async def main() -> None:
+        def look() -> None:
+            seen.append(observer.blocked())
+
+        # A thread asks while the loop is blocked, as `corun ps` would.
+        import threading
+
+        timer = threading.Timer(0.15, look)
+        timer.start()
+        await asyncio.sleep(0)
+        _sleeping_step()
+        timer.join()
+
+    loop.run_until_complete(main())
+    (blocked,) = seen
+    assert blocked is not None
+    assert blocked.duration >= 0.05
+    assert blocked.stack and blocked.stack[-1].endswith(" _sleeping_step")
+    _wait_for_stalls(observer, 1)
+    kinds = [event.kind for event in observer.events()]
+    assert "stall" in kinds
