@@ -1,7 +1,7 @@
 """Reading the loop's lag histograms: percentiles, merging, Prometheus buckets.
 
 The loop counts durations in log-linear buckets (``runtime.engine.accounting``):
-under about 1 us, then 64 buckets per power of two up to about 69 s, so a
+under 0.5 us, then 64 buckets per power of two up to about 69 s, so a
 bucket is at most 1.6% of its value wide. A percentile is read as the
 midpoint of its bucket, within 0.8% of the true value, and never above the
 largest value seen.

@@ -37,13 +37,13 @@ from mypy_extensions import i64
 # --- the histogram -------------------------------------------------------------
 #
 # Log-linear, in nanoseconds, as HdrHistogram lays it out: bucket 0 holds
-# everything under 2**10 ns (about 1 us); above that, each power of two is cut
-# into 64 equal buckets, up to 2**36 ns (about 69 s); the last bucket holds the
+# everything under 2**9 ns (0.5 us); above that, each power of two is cut into
+# 64 equal buckets, up to 2**36 ns (about 69 s); the last bucket holds the
 # rest. A bucket is at most 1/64 of its lower bound wide, so its midpoint is
 # within 0.8% of any value in it.
 SUB_BITS: Final = 6
 SUB_BUCKETS: Final = 1 << SUB_BITS
-LOW_EXPONENT: Final = 10
+LOW_EXPONENT: Final = 9
 HIGH_EXPONENT: Final = 36
 BUCKETS: Final = 2 + (HIGH_EXPONENT - LOW_EXPONENT) * SUB_BUCKETS
 _LOW: Final = 1 << LOW_EXPONENT
@@ -128,8 +128,8 @@ HEADER_SIZE: Final = 26
 #: The longest text an event keeps, in bytes; longer ones are cut.
 MAX_TEXT: Final = 70
 SLOT: Final = HEADER_SIZE + MAX_TEXT
-#: Slots in a recorder: 10,922 events in 1 MiB.
-SLOTS: Final = (1 << 20) // SLOT
+#: Slots in a recorder: 10,880 events in 1 MiB, headers included.
+SLOTS: Final = ((1 << 20) - 4096) // SLOT
 
 SPAWN: Final = 1  # a: task id, b: parent id, text: name
 EXIT: Final = 2  # a: task id, b: steps, text: "name outcome"

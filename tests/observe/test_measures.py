@@ -1,0 +1,245 @@
+"""What observation measures: the lag histogram, per-task counters, utilisation, the recorder."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import tracemalloc
+from collections.abc import Iterator
+
+import pytest
+
+import corun
+import corun.observe as observe
+from corun.observe import LatencyHistogram
+from corun.runtime.engine.accounting import (
+    BUCKETS,
+    SLOT,
+    SLOTS,
+    EventRing,
+    Histogram,
+    bucket_bounds,
+    bucket_of,
+)
+
+
+@pytest.fixture
+def loop() -> Iterator[corun.EventLoop]:
+    loop = corun.new_event_loop()
+    try:
+        yield loop
+    finally:
+        observer = observe.observer_of(loop)
+        if observer is not None:
+            observer.close()
+        loop.close()
+
+
+# --- the histogram ---------------------------------------------------------------
+
+
+def test_every_value_from_1us_to_60s_lands_in_a_bucket_within_3_percent() -> None:
+    rng = random.Random(7)
+    values = [int(10 ** rng.uniform(3, 10.78)) for _ in range(20_000)]
+    values += [1024, 1025, 2047, 2048, 10**6, 60 * 10**9]
+    for ns in values:
+        index = bucket_of(ns)
+        low, high = bucket_bounds(index)
+        assert low <= ns < high, (ns, index, low, high)
+        midpoint = (low + high) / 2
+        assert abs(midpoint - ns) / ns <= 0.03
+
+
+def test_buckets_cover_the_range_without_gaps() -> None:
+    previous_high = bucket_bounds(0)[1]
+    for index in range(1, BUCKETS - 1):
+        low, high = bucket_bounds(index)
+        assert low == previous_high
+        assert bucket_of(low) == index
+        assert bucket_of(high - 1) == index
+        previous_high = high
+
+
+def test_quantiles_and_merge() -> None:
+    first, second = Histogram(), Histogram()
+    for i in range(1, 1001):
+        first.record(i * 1e-5)  # 10 us .. 10 ms
+    for _ in range(1000):
+        second.record(0.5)
+    a = LatencyHistogram.copy_of(first)
+    b = LatencyHistogram.copy_of(second)
+    assert a.count == 1000
+    assert a.p50 == pytest.approx(5e-3, rel=0.03)
+    assert a.p90 == pytest.approx(9e-3, rel=0.03)
+    assert a.p99 == pytest.approx(9.9e-3, rel=0.03)
+    assert a.max == pytest.approx(1e-2)
+    merged = a + b
+    assert merged.count == 2000
+    assert merged.p50 == pytest.approx(1e-2, rel=0.03)
+    assert merged.p90 == pytest.approx(0.5, rel=0.03)
+    assert merged.max == pytest.approx(0.5)
+    assert (merged - a).count == 1000
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        a.quantile(1.5)
+
+
+@pytest.mark.parametrize("delay", [0.001, 0.010, 0.100])
+def test_the_loop_lag_histogram_reads_injected_delays(
+    loop: corun.EventLoop, delay: float
+) -> None:
+    # Each round: one callback blocks for `delay`, then nine queued behind it
+    # run late by that much. 90% of the samples are the delay.
+    observer = observe.enable(loop, serve=False)
+    rounds = 20 if delay < 0.1 else 6
+    done = loop.create_future()
+
+    def block() -> None:
+        end = time.perf_counter() + delay
+        while time.perf_counter() < end:
+            pass
+
+    def probe() -> None:
+        pass
+
+    def round_(remaining: int) -> None:
+        if remaining == 0:
+            done.set_result(None)
+            return
+        loop.call_soon(block)
+        for _ in range(9):
+            loop.call_soon(probe)
+        loop.call_later(0.002, round_, remaining - 1)
+
+    loop.call_soon(round_, rounds)
+    before = observer.lag()
+    loop.run_until_complete(done)
+    lag = observer.lag() - before
+    tolerance = 0.03 * delay + 50e-6
+    assert lag.p50 == pytest.approx(delay, abs=tolerance)
+    assert lag.p99 == pytest.approx(delay, abs=tolerance)
+
+
+# --- per task ----------------------------------------------------------------------
+
+
+def test_per_task_counters_parents_and_states(loop: corun.EventLoop) -> None:
+    observer = observe.enable(loop, serve=False)
+    release = asyncio.Event()
+
+    async def worker(steps: int) -> None:
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        await release.wait()
+
+    async def main() -> dict[str, observe.TaskSummary]:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(worker(10), name="ten")
+            group.create_task(worker(3), name="three")
+            await asyncio.sleep(0.05)
+            listed = {task.name: task for task in observer.tasks()}
+            release.set()
+        return listed
+
+    main_task = loop.create_task(main(), name="main")
+    listed = loop.run_until_complete(main_task)
+    ten, three, parent = listed["ten"], listed["three"], listed["main"]
+    assert ten.parent == parent.id and three.parent == parent.id
+    assert parent.state == "running"
+    assert ten.state == three.state == "waiting"
+    assert ten.waiting_on.startswith("event at ")
+    assert ten.steps == 11 and three.steps == 4  # the first step, then one per sleep(0)
+    assert 0.0 < ten.busy < 0.05
+    assert ten.longest <= ten.busy
+    assert 0.0 < ten.wake_mean <= ten.wake_max < 0.05
+    assert ten.stack and ten.stack[-1].endswith(" wait")
+    assert any(line.endswith(" worker") for line in ten.stack)
+
+
+def test_utilisation_of_a_busy_and_an_idle_loop(loop: corun.EventLoop) -> None:
+    observer = observe.enable(loop, serve=False)
+
+    async def busy(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.004)  # blocks the loop, but parked: busy, not CPU
+            await asyncio.sleep(0)
+
+    loop.run_until_complete(busy(2.3))
+    busy_share = observer.utilization
+    loop.run_until_complete(asyncio.sleep(2.3))
+    idle_share = observer.utilization
+    assert busy_share > 0.9, busy_share
+    assert idle_share < 0.1, idle_share
+    assert observer.cpu < 0.2  # time.sleep and epoll both park the thread
+
+
+# --- the flight recorder -------------------------------------------------------------
+
+
+def test_the_ring_keeps_the_newest_ten_thousand_events_in_one_mebibyte() -> None:
+    tracemalloc.start()
+    try:
+        ring = EventRing()
+        for number in range(25_000):
+            ring.add(1, number, number + 1, f"Task-{number}-" + "x" * 100)
+        size, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert SLOTS * SLOT <= 1 << 20
+    assert size <= 1 << 20
+    events = ring.events()
+    assert len(events) == SLOTS >= 10_000
+    numbers = [a for _t, _kind, a, _b, _text in events]
+    assert numbers == list(range(25_000 - SLOTS, 25_000))
+    assert events[-1][4].startswith("Task-24999-")
+    assert len(events[-1][4].encode()) <= 70
+
+
+def test_spawn_exit_and_cancel_events(loop: corun.EventLoop) -> None:
+    observer = observe.enable(loop, serve=False)
+
+    async def victim() -> None:
+        await asyncio.sleep(10)
+
+    def canceller(task: asyncio.Task[None]) -> None:
+        task.cancel()
+
+    async def main() -> None:
+        task = asyncio.create_task(victim(), name="victim")
+        await asyncio.sleep(0)
+        canceller(task)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    loop.run_until_complete(main())
+    events = observer.events()
+    kinds = [(e.kind, e.text) for e in events]
+    spawned = [e for e in events if e.kind == "spawn"]
+    assert spawned
+    (cancel,) = [e for e in events if e.kind == "cancel"]
+    assert cancel.text.startswith("victim <- ")
+    assert "canceller" in cancel.text, cancel.text
+    exits = [e for e in events if e.kind == "exit" and e.text.startswith("victim ")]
+    assert exits and exits[0].text.endswith("CANCELLED"), kinds
+
+
+def test_a_failing_watchdog_part_is_switched_off_and_the_loop_goes_on(
+    loop: corun.EventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    observer = observe.enable(loop, stall_threshold=0.02, serve=False)
+
+    class Broken(RuntimeError):
+        pass
+
+    def broken_window(now: float) -> None:
+        raise Broken("window")
+
+    # A fault injected into the observer's own Python part.
+    observer.window = broken_window  # type: ignore[method-assign]
+    loop.run_until_complete(asyncio.sleep(1.3))
+    assert "the window part failed and is switched off" in caplog.text
+    assert any(e.kind == "note" and "window" in e.text for e in observer.events())
+    # Still observing: the watch part goes on.
+    loop.run_until_complete(asyncio.sleep(0.001))
+    assert observer.accounting.steps > 0
