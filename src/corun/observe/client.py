@@ -111,6 +111,9 @@ def find_socket(pid: int) -> str:
     if pid <= 0:
         raise InspectError("no-process", f"no process {pid}")
     uid = _process_uid(pid)
+    if os.geteuid() not in (uid, 0):
+        # The server would refuse us, and its directory is closed to us anyway.
+        raise _permission_error(pid, uid)
     denied = False
     for directory in _candidate_directories(pid, uid):
         path = socket_path(directory, pid)
