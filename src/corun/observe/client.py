@@ -76,7 +76,10 @@ def request(pid: int, name: str, *, timeout: float = DEFAULT_TIMEOUT) -> str:
             _set_timeout(sock, deadline)
             sock.connect(path)
             _set_timeout(sock, deadline)
-            sock.sendall(name.encode("ascii") + b"\n")
+            try:
+                sock.sendall(name.encode("ascii") + b"\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed at once, as for a refused peer: its answer may be waiting
             header = _read_header(sock, deadline)
             length = _parse_header(header)
             body = _read_exactly(sock, length, deadline)
