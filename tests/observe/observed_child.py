@@ -31,7 +31,11 @@ TIMEOUT = 30.0
 
 
 def child_env(xdg: Path | str | None, **extra: str) -> dict[str, str]:
-    """An environment that imports this corun, with ``XDG_RUNTIME_DIR`` as given."""
+    """An environment that imports this corun, with ``XDG_RUNTIME_DIR`` as given.
+
+    Without ``CORUN_OBSERVE``: the suite also runs with it set, and the tests
+    of ``corun run --observe`` need it unset.
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "CORUN_OBSERVE")}
     paths = [CORUN_PARENT, str(HERE), sysconfig.get_paths()["purelib"]]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))

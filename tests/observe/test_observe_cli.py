@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from observed_child import (
     one_line_error,
     run_cli,
     start_child,
+    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -230,3 +232,42 @@ def test_run_without_observe_leaves_it_off(tmp_path: Path) -> None:
     result = run_cli("run", str(_script(tmp_path)), "--observe")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "None ['--observe']\n"
+
+
+def _live_top(child: Observed, xdg: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "corun", "top", str(child.pid), "--interval", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(xdg, COLUMNS="100"),
+    )
+
+
+def test_live_top_refreshes_until_interrupted(fresh: tuple[Observed, Path]) -> None:
+    child, xdg = fresh
+    top = _live_top(child, xdg)
+    # Samples are counted by the child: wait for a few refreshes' worth.
+    wait_for(lambda: child.log.read_text().count("request=top outcome=ok") >= 4)
+    top.send_signal(signal.SIGINT)
+    out, err = top.communicate(timeout=30)
+    assert top.returncode == 0, err
+    assert err == ""
+    assert f"corun top {child.pid}: tasks 5" in out
+    assert "busy" in out
+
+
+def test_live_top_stops_with_one_line_when_the_process_goes(fresh: tuple[Observed, Path]) -> None:
+    child, xdg = fresh
+    top = _live_top(child, xdg)
+    wait_for(lambda: child.log.read_text().count("request=top outcome=ok") >= 2)
+    child.stop()
+    _, err = top.communicate(timeout=30)
+    assert top.returncode == 1
+    assert err.splitlines() in (
+        [f"corun top: no process {child.pid}"],
+        [
+            f"corun top: process {child.pid} does not run with observation on; "
+            "start it with `corun run --observe ...` or with CORUN_OBSERVE=1"
+        ],
+    )

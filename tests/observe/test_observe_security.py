@@ -8,6 +8,7 @@ second user must be involved.
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import pwd
@@ -15,8 +16,11 @@ import re
 import shutil
 import socket
 import stat
+import struct
 import subprocess
 import tempfile
+import termios
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,6 +32,7 @@ from observed_child import (
     python_for,
     run_cli,
     start_child,
+    wait_for,
 )
 
 from corun.observe import client
@@ -359,7 +364,10 @@ import socket, sys
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.settimeout(20)
 sock.connect(sys.argv[1])
-sock.sendall(sys.argv[2].encode() + b"\\n")
+try:
+    sock.sendall(sys.argv[2].encode() + b"\\n")
+except (BrokenPipeError, ConnectionResetError):
+    pass  # refused and closed before our request: the refusal is waiting
 answer = b""
 try:
     while chunk := sock.recv(65536):
@@ -436,3 +444,45 @@ def test_a_client_of_another_uid_is_refused_by_the_peer_check() -> None:
         )
     finally:
         shutil.rmtree(base)
+
+
+# ---------------------------------------------------------------- slow clients
+
+
+def test_a_client_that_does_not_take_its_answer_is_dropped(
+    serve: Callable[..., InspectServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="corun")
+    big = "x" * (8 << 20)  # far more than the socket buffers hold
+    server = serve({"big": lambda: big, "ps": lambda: "{}"}, answer_timeout=0.5)
+    assert server.path is not None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stuck:
+        stuck.connect(server.path)
+        stuck.sendall(b"big\n")  # and never reads
+        # The next client is served once the stuck one has had its answer_timeout.
+        assert ask(server.path, b"ps\n") == b"ok 2\n{}"
+    server.close()
+    outcomes = [r.getMessage() for r in caplog.records if "request=big" in r.getMessage()]
+    assert len(outcomes) == 1
+    assert "outcome=ok, client too slow to take the answer" in outcomes[0]
+
+
+def test_close_drops_a_connection_being_served(
+    serve: Callable[..., InspectServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="corun")
+    server = serve(request_timeout=600.0)
+    assert server.path is not None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as idle:
+        idle.settimeout(TIMEOUT)
+        idle.connect(server.path)
+        idle.sendall(b"p")
+        # Until the server has read the byte: SIOCOUTQ counts what the peer has not read.
+        wait_for(lambda: struct.unpack("i", fcntl.ioctl(idle, termios.TIOCOUTQ, b"\0" * 4))[0] == 0)
+        threads = [t for t in threading.enumerate() if t.name == "corun-inspect"]
+        server.close()
+        assert idle.recv(100) == b""
+    assert not any(thread.is_alive() for thread in threads)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "did not stop" in m]
+    assert any("request=- outcome=?, server closing" in m for m in messages), messages
