@@ -22,15 +22,18 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def peer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[[bytes | None], None]]:
-    """Serve this process's socket with a peer that answers given bytes (None: never)."""
+def own_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where the client looks for this process's socket (the directory exists)."""
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    directory = tmp_path / "corun"
-    directory.mkdir(mode=0o700)
+    (tmp_path / "corun").mkdir(mode=0o700)
+    return socket_path(str(tmp_path / "corun"), os.getpid())
+
+
+@pytest.fixture
+def peer(own_socket: str) -> Iterator[Callable[[bytes | None], None]]:
+    """Serve this process's socket with a peer that answers given bytes (None: never)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(socket_path(str(directory), os.getpid()))
+    listener.bind(own_socket)
     listener.listen(1)
     answers: list[bytes | None] = []
     release = threading.Event()
@@ -96,24 +99,16 @@ def test_a_peer_that_never_answers_times_out(peer: Callable[[bytes | None], None
     assert raised.value.reason == "timeout"
 
 
-def test_a_socket_path_that_is_no_socket_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    (tmp_path / "corun").mkdir(mode=0o700)
-    Path(socket_path(str(tmp_path / "corun"), os.getpid())).write_text("")
+def test_a_socket_path_that_is_no_socket_is_refused(own_socket: str) -> None:
+    Path(own_socket).write_text("")
     with pytest.raises(client.InspectError, match="is not a socket of uid") as raised:
         client.find_socket(os.getpid())
     assert raised.value.reason == "unsafe"
 
 
-def test_a_stale_socket_says_observation_is_off(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    (tmp_path / "corun").mkdir(mode=0o700)
+def test_a_stale_socket_says_observation_is_off(own_socket: str) -> None:
     with socket.socket(socket.AF_UNIX) as dead:
-        dead.bind(socket_path(str(tmp_path / "corun"), os.getpid()))
+        dead.bind(own_socket)
     with pytest.raises(client.InspectError, match="does not serve its socket") as raised:
         client.request(os.getpid(), "ps")
     assert raised.value.reason == "not-observed"

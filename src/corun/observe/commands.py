@@ -27,14 +27,19 @@ DEFAULT_ROWS: Final = 40
 _T = TypeVar("_T")
 
 
-def _pid(text: str) -> int:
-    try:
-        pid = int(text)
-    except ValueError:
-        pid = 0
-    if pid <= 0:
-        raise argparse.ArgumentTypeError(f"PID must be a positive integer, not {text!r}")
-    return pid
+def _positive(what: str) -> Callable[[str], int]:
+    """An argparse type: a positive integer, called ``what`` in the error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{what} must be a positive integer, not {text!r}")
+        return value
+
+    return parse
 
 
 def _interval(text: str) -> float:
@@ -47,56 +52,51 @@ def _interval(text: str) -> float:
     return seconds
 
 
-def _rows(text: str) -> int:
-    try:
-        rows = int(text)
-    except ValueError:
-        rows = 0
-    if rows <= 0:
-        raise argparse.ArgumentTypeError(f"rows must be a positive integer, not {text!r}")
-    return rows
+#: Each command's help line and description.
+_ABOUT: Final = {
+    "ps": (
+        "print the task tree of a process that runs with observation on",
+        "Print a process's tasks as a tree: state, what each waits on, where.",
+    ),
+    "top": (
+        "a live view of a process's busiest tasks and its loop's lag",
+        "Show a process's tasks by CPU share, refreshed every interval.",
+    ),
+    "dump": (
+        "print a process's flight recorder: recent events and stalls",
+        "Print the flight recorder: the last events, and each stall with its stack.",
+    ),
+}
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``ps``, ``top`` and ``dump`` on the ``corun`` command's subparsers."""
-    after = (
-        "The process must run with observation on: `corun run --observe script.py`, "
-        "or CORUN_OBSERVE=1 in its environment."
-    )
-    ps = commands.add_parser(
-        "ps",
-        help="print the task tree of a process that runs with observation on",
-        description="Print a process's tasks as a tree: state, what each waits on, where.",
-        epilog=after,
-    )
-    ps.add_argument("pid", type=_pid, metavar="PID")
-    form = ps.add_mutually_exclusive_group()
+    parsers = {}
+    for name, (summary, description) in _ABOUT.items():
+        parsers[name] = commands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog="The process must run with observation on: `corun run --observe script.py`, "
+            "or CORUN_OBSERVE=1 in its environment.",
+        )
+        parsers[name].add_argument("pid", type=_positive("PID"), metavar="PID")
+    form = parsers["ps"].add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print the answer's JSON document")
     form.add_argument(
         "--prometheus", action="store_true", help="print the metrics in Prometheus text format"
     )
-    top = commands.add_parser(
-        "top",
-        help="a live view of a process's busiest tasks and its loop's lag",
-        description="Show a process's tasks by CPU share, refreshed every interval.",
-        epilog=after,
-    )
-    top.add_argument("pid", type=_pid, metavar="PID")
+    top = parsers["top"]
     top.add_argument("--interval", type=_interval, default=1.0, help="seconds per refresh (1.0)")
     top.add_argument(
         "--once", action="store_true", help="print one frame (two samples an interval apart)"
     )
     top.add_argument(
-        "--rows", type=_rows, default=DEFAULT_ROWS, help=f"tasks shown ({DEFAULT_ROWS})"
+        "--rows", type=_positive("rows"), default=DEFAULT_ROWS, help=f"tasks shown ({DEFAULT_ROWS})"
     )
-    dump = commands.add_parser(
-        "dump",
-        help="print a process's flight recorder: recent events and stalls",
-        description="Print the flight recorder: the last events, and each stall with its stack.",
-        epilog=after,
+    parsers["dump"].add_argument(
+        "--json", action="store_true", help="print the answer's JSON document"
     )
-    dump.add_argument("pid", type=_pid, metavar="PID")
-    dump.add_argument("--json", action="store_true", help="print the answer's JSON document")
 
 
 def main(args: argparse.Namespace) -> int:
