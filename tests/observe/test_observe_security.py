@@ -7,6 +7,7 @@ second user must be involved.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -486,3 +487,47 @@ def test_close_drops_a_connection_being_served(
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "did not stop" in m]
     assert any("request=- outcome=?, server closing" in m for m in messages), messages
+
+
+@contextlib.contextmanager
+def _forked(action: Callable[[], object]) -> Iterator[None]:
+    """A forked child that runs ``action``, then holds its fds until the block ends."""
+    done_r, done_w = os.pipe()
+    release_r, release_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(release_w)
+            os.close(done_r)
+            action()
+            os.write(done_w, b"x")
+            os.read(release_r, 1)  # until the parent closes its end
+        finally:
+            os._exit(0)
+    os.close(done_w)
+    os.close(release_r)
+    try:
+        assert os.read(done_r, 1) == b"x"
+        yield
+    finally:
+        os.close(release_w)
+        os.waitpid(pid, 0)
+        os.close(done_r)
+
+
+def test_a_forked_child_neither_stops_nor_holds_up_the_server(
+    serve: Callable[..., InspectServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="corun")
+    server = serve()
+    assert server.path is not None
+    with _forked(server.close):
+        # The child's close() left our server serving, and our socket in place.
+        assert ask(server.path, b"metrics\n") == b"ok 4\nm 1\n"
+    threads = [t for t in threading.enumerate() if t.name == "corun-inspect"]
+    with _forked(lambda: None):
+        # This child holds a copy of the pipe that wakes our thread: close() still stops it.
+        server.close()
+        assert not any(thread.is_alive() for thread in threads)
+    assert not os.path.exists(server.path)
+    assert not [r for r in caplog.records if "did not stop" in r.getMessage()]

@@ -215,12 +215,20 @@ class InspectServer:
         is the parent's.
         """
         self._closed = True
+        ours = os.getpid() == self._owner_pid
         if self._wake_w >= 0:
-            # The thread sees the pipe's read end hang up and stops.
+            if ours:
+                # A byte, not only the close: a child forked meanwhile holds a
+                # copy of this end, so the read end would not hang up. A child
+                # writes nothing, lest it stop its parent's server.
+                try:
+                    os.write(self._wake_w, b"\0")
+                except OSError:
+                    pass
             os.close(self._wake_w)
             self._wake_w = -1
         thread = self._thread
-        if os.getpid() != self._owner_pid:
+        if not ours:
             return
         if thread is not None and thread is not threading.current_thread():
             thread.join(self._answer_timeout + 1.0)
