@@ -35,7 +35,14 @@ from corun.observe.protocol import (
 DEFAULT_TIMEOUT: Final = 10.0
 
 Reason = Literal[
-    "no-process", "not-observed", "permission", "unsafe", "timeout", "malformed", "server"
+    "no-process",
+    "not-observed",
+    "permission",
+    "unsafe",
+    "timeout",
+    "connection",
+    "malformed",
+    "server",
 ]
 
 _ENABLE_HINT: Final = "start it with `corun run --observe ...` or with CORUN_OBSERVE=1"
@@ -49,7 +56,8 @@ class InspectError(Exception):
             (the process serves no socket), ``"permission"`` (the system or
             the server refused us), ``"unsafe"`` (the socket's directory or
             file is not the process user's alone), ``"timeout"``,
-            ``"malformed"`` (the answer breaks the wire format) or
+            ``"connection"`` (the connection failed midway), ``"malformed"``
+            (the answer breaks the wire format) or
             ``"server"`` (the server answered an error line).
     """
 
@@ -96,7 +104,7 @@ def request(pid: int, name: str, *, timeout: float = DEFAULT_TIMEOUT) -> str:
             raise _permission_error(pid) from None
         except OSError as exc:
             raise InspectError(
-                "malformed", f"talking to process {pid} failed: {exc.strerror or exc}"
+                "connection", f"talking to process {pid} failed: {exc.strerror or exc}"
             ) from None
     try:
         return body.decode("utf-8")
