@@ -116,6 +116,7 @@ ALLOWED = {
         "corun.runtime.engine",
         "corun.runtime.transports",
     },
+    "corun.observe": {"corun.runtime"},
     "corun.resilience": set(),
     "corun.testing": {"corun.resilience", "corun.runtime.engine"},
 }

@@ -6,6 +6,8 @@ and ``asyncio.new_event_loop()`` inside it create corun loops.
 ``corun run -m module [args...]`` does the same for ``python -m module``.
 ``corun fetch INPUT --output OUT.jsonl`` fetches URLs, crash-safe (``corun.fetch.cli``).
 ``corun demo`` runs ``corun fetch`` against a local fault-injecting server.
+``corun run --observe ...`` runs with observation on (``CORUN_OBSERVE=1``), and
+``corun ps/top/dump PID`` look inside such a process (``corun.observe.commands``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import runpy
 import sys
 from collections.abc import Sequence
 
+from corun.observe import commands as observe_commands
 from corun.runtime.runner import install
 
 
@@ -30,6 +33,11 @@ def _build_parser(*, with_fetch: bool = True) -> argparse.ArgumentParser:
         help="run a Python script (or -m module) with corun as the asyncio loop",
         description="Run a script as `python script.py` would, with corun as the asyncio loop.",
     )
+    run.add_argument(
+        "--observe",
+        action="store_true",
+        help="turn observation on (CORUN_OBSERVE=1), for corun ps/top/dump",
+    )
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
     run.add_argument("target", nargs=argparse.REMAINDER, help="script path and its arguments")
     if with_fetch:
@@ -40,6 +48,7 @@ def _build_parser(*, with_fetch: bool = True) -> argparse.ArgumentParser:
 
         fetch_cli.add_parser(commands)
         demo.add_parser(commands)
+    observe_commands.add_parsers(commands)
     return parser
 
 
@@ -49,7 +58,10 @@ def _version() -> str:
     return f"corun {__version__}"
 
 
-def _run(module: str | None, target: Sequence[str]) -> int:
+def _run(module: str | None, target: Sequence[str], *, observe: bool = False) -> int:
+    if observe:
+        # Before the target's first loop, which reads it.
+        os.environ["CORUN_OBSERVE"] = "1"
     install()
     if module is not None:
         sys.argv = [module, *target]
@@ -76,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser(with_fetch=command in ("", "fetch", "demo", "-h", "--help"))
     args = parser.parse_args(arguments)
     if args.command == "run":
-        return _run(args.module, args.target)
+        return _run(args.module, args.target, observe=args.observe)
     if args.command == "fetch":
         from corun.fetch import cli as fetch_cli
 
@@ -85,5 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from corun.fetch import demo
 
         return demo.main(args)
+    if args.command in observe_commands.COMMANDS:
+        return observe_commands.main(args)
     parser.print_help()
     return 2
