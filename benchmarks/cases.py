@@ -102,6 +102,16 @@ def build_cases(*, quick: bool, duration: float | None = None) -> list[Case]:
             (_time_metric(1.8),),
         ),
         Case(
+            "steps",
+            "steps",
+            f"empty steps ({1_000_000 // scale:,}: 10 tasks x sleep(0))",
+            {"kind": "steps", "n": 1_000_000 // scale, "tasks": 10},
+            (
+                _time_metric(None),
+                Metric("ns_per_step", "per step", "ns", False),
+            ),
+        ),
+        Case(
             "ping_pong",
             "ping_pong",
             f"future ping-pong ({200_000 // scale:,} round trips)",

@@ -88,6 +88,32 @@ def tasks(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> Metrics:
     return {"time_ms": _run_measured(loop, _tasks_main(loop, n, steps)) * 1e3}
 
 
+# --------------------------------------------------------------------------- steps
+
+
+async def _spin(steps: int) -> None:
+    for _ in range(steps):
+        await asyncio.sleep(0)
+
+
+async def _steps_main(loop: asyncio.AbstractEventLoop, tasks: int, steps: int) -> float:
+    t0 = time.perf_counter()
+    await asyncio.gather(*(_spin(steps) for _ in range(tasks)))
+    return time.perf_counter() - t0
+
+
+def steps(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> Metrics:
+    """Empty task steps: ``tasks`` tasks each doing ``n // tasks`` ``await asyncio.sleep(0)``.
+
+    The cost of one step of the loop and nothing else; ``ns_per_step`` is what
+    observation's per-step budget is stated in.
+    """
+    n, tasks = int(params["n"]), int(params["tasks"])
+    _run_measured(loop, _steps_main(loop, tasks, max(1, n // tasks // 10)))
+    elapsed = _run_measured(loop, _steps_main(loop, tasks, n // tasks))
+    return {"time_ms": elapsed * 1e3, "ns_per_step": elapsed / n * 1e9}
+
+
 # --------------------------------------------------------------------------- ping-pong
 
 

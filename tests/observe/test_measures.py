@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 import tracemalloc
@@ -88,36 +89,47 @@ def test_quantiles_and_merge() -> None:
 def test_the_loop_lag_histogram_reads_injected_delays(
     loop: corun.EventLoop, delay: float
 ) -> None:
-    # Each round: one callback blocks for `delay`, then nine queued behind it
-    # run late by that much. 90% of the samples are the delay.
+    # Each round: one callback blocks for `delay`, and nine queued behind it
+    # run late by that much. Every callback also measures its own lateness,
+    # from its queueing (or its timer's deadline) to its start: the truth the
+    # histogram's percentiles are held to, whatever else the machine does.
     observer = observe.enable(loop, serve=False)
     rounds = 20 if delay < 0.1 else 6
     done = loop.create_future()
+    truth: list[float] = []
 
-    def block() -> None:
+    def block(queued: float) -> None:
+        truth.append(time.monotonic() - queued)
         end = time.perf_counter() + delay
         while time.perf_counter() < end:
             pass
 
-    def probe() -> None:
-        pass
+    def probe(queued: float) -> None:
+        truth.append(time.monotonic() - queued)
 
-    def round_(remaining: int) -> None:
+    def round_(remaining: int, timer: list[asyncio.TimerHandle]) -> None:
+        if timer:
+            truth.append(loop.time() - timer[0].when())
         if remaining == 0:
             done.set_result(None)
             return
-        loop.call_soon(block)
+        queued = time.monotonic()
+        loop.call_soon(block, queued)
         for _ in range(9):
-            loop.call_soon(probe)
-        loop.call_later(0.002, round_, remaining - 1)
+            loop.call_soon(probe, queued)
+        following: list[asyncio.TimerHandle] = []
+        following.append(loop.call_later(0.002, round_, remaining - 1, following))
 
-    loop.call_soon(round_, rounds)
     before = observer.lag()
+    loop.call_soon(round_, rounds, [])
     loop.run_until_complete(done)
     lag = observer.lag() - before
+    truth.sort()
+    assert truth[len(truth) // 2] == pytest.approx(delay, rel=0.5), "the delay was injected"
     tolerance = 0.03 * delay + 50e-6
-    assert lag.p50 == pytest.approx(delay, abs=tolerance)
-    assert lag.p99 == pytest.approx(delay, abs=tolerance)
+    for q in (0.5, 0.99):
+        exact = truth[math.ceil(q * len(truth)) - 1]
+        assert lag.quantile(q) == pytest.approx(exact, abs=tolerance), (q, truth)
 
 
 # --- per task ----------------------------------------------------------------------

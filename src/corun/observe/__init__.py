@@ -19,6 +19,7 @@ the commands print).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 from collections.abc import Callable
@@ -127,7 +128,9 @@ def _serve() -> None:
         MONITOR.server = False
         return
     MONITOR.server = server
-    dumps.install(os.path.dirname(path))
+    # A normal exit removes the socket; SIGTERM's dump does (dumps.py).
+    atexit.register(server.close)
+    dumps.install(os.path.dirname(path), path)
 
 
 def enable_from_environment(loop: EventLoop) -> Observer | None:

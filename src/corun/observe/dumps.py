@@ -10,6 +10,7 @@ that reaches ``sys.excepthook``; the previous hook runs after the dump.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -38,8 +39,12 @@ def write_dump(directory: str, reason: str) -> str:
     return path
 
 
-def install(directory: str) -> None:
-    """Dump on SIGTERM (where it is unhandled) and on an uncaught exception; once per process."""
+def install(directory: str, socket_path: str) -> None:
+    """Dump on SIGTERM (where it is unhandled) and on an uncaught exception; once per process.
+
+    ``socket_path`` is removed on SIGTERM too: the process ends without running
+    ``atexit``, and a socket left behind would point ``corun ps`` at a dead process.
+    """
     if _installed:
         return
     _installed.append(True)
@@ -47,7 +52,10 @@ def install(directory: str) -> None:
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     ):
-        signal.signal(signal.SIGTERM, lambda signum, frame: _on_sigterm(directory, signum, frame))
+        signal.signal(
+            signal.SIGTERM,
+            lambda signum, frame: _on_sigterm(directory, socket_path, signum, frame),
+        )
     previous = sys.excepthook
 
     def excepthook(
@@ -64,9 +72,11 @@ def install(directory: str) -> None:
     sys.excepthook = excepthook
 
 
-def _on_sigterm(directory: str, signum: int, frame: FrameType | None) -> None:
+def _on_sigterm(directory: str, socket_path: str, signum: int, frame: FrameType | None) -> None:
     try:
         write_dump(directory, "SIGTERM")
     finally:
+        with contextlib.suppress(OSError):
+            os.unlink(socket_path)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)

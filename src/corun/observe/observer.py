@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from corun.observe.histogram import LatencyHistogram
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
-from corun.observe.waits import task_stack, thread_stack, waiting_on
+from corun.observe.waits import await_chain, task_stack, thread_stack, waiting_on
 from corun.runtime.engine.accounting import KIND_NAMES, NOTE, STALL, SUMMARY, LoopAccounting
 from corun.runtime.engine.task_core import TaskCore, task_counters
 from corun.runtime.loop import EventLoop
@@ -31,6 +31,8 @@ DEFAULT_STALL_THRESHOLD: Final = 0.1
 MIN_STALL_THRESHOLD: Final = 0.01
 #: Stalls kept with their stacks.
 MAX_STALLS: Final = 128
+#: Seconds the walk of the tasks pauses between chunks, off the loop's thread.
+CHUNK_PAUSE: Final = 0.0005
 
 
 class ObserveError(Exception):
@@ -87,6 +89,8 @@ class Observer:
         # the stall that the watchdog could not see (a C call held the GIL).
         self.backstop_stack: tuple[str, ...] = ()
         self.backstop_fired: float = 0.0
+        # Seconds on the loop per task id at the last ``busiest`` call.
+        self._top_last: dict[int, float] = {}
         # The last whole 1 s window.
         self.utilization: float = 0.0
         self.cpu: float = 0.0
@@ -179,11 +183,12 @@ class Observer:
             candidates = []
         return [t for t in candidates if t.get_loop() is loop and not t.done()]
 
-    def tasks(self, *, stacks: bool = True, chunk: int = 256) -> list[TaskSummary]:
+    def tasks(self, *, stacks: bool = True, chunk: int = 200) -> list[TaskSummary]:
         """A summary of each live task.
 
-        Off the loop's thread, the walk yields the GIL every ``chunk`` tasks so
-        that a loop with 10,000 tasks is never held up for long.
+        Off the loop's thread, the walk sleeps briefly every ``chunk`` tasks:
+        a thread that only yields the GIL takes it straight back, and the
+        loop of a process with 10,000 tasks must not wait that long.
         """
         live = self.live_tasks()
         counters = task_counters(live)
@@ -194,17 +199,20 @@ class Observer:
         out: list[TaskSummary] = []
         for index, task in enumerate(live):
             if off_loop and index and index % chunk == 0:
-                time.sleep(0)  # let the loop's thread have the GIL
+                time.sleep(CHUNK_PAUSE)
             ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters[index]
             waiter = task._fut_waiter if isinstance(task, TaskCore) else None
-            if task is step_task:
-                state = "running"
-            elif task.cancelling():
-                state = "cancelling"
-            elif waiter is None:
-                state = "ready"
-            else:
-                state = "waiting"
+            state = _state(task, step_task, waiter)
+            stack: tuple[str, ...] = ()
+            waits = ""
+            if stacks:
+                try:
+                    chain = await_chain(task.get_coro())
+                    stack = tuple(task_stack(task, chain))
+                    if waiter is not None:
+                        waits = waiting_on(task, now, chain)
+                except Exception as exc:  # a task changing under us: say so, go on
+                    waits = f"(unreadable: {type(exc).__name__})"
             out.append(
                 TaskSummary(
                     id=ident or id(task),
@@ -217,11 +225,49 @@ class Observer:
                     wake_mean=wake_total / steps if steps else 0.0,
                     wake_max=wake_max,
                     wake_p99=wake_p99,
-                    waiting_on=_safe(waiting_on, task, now)
-                    if stacks and waiter is not None
-                    else "",
-                    stack=tuple(_safe(task_stack, task) or ()) if stacks else (),
+                    waiting_on=waits,
+                    stack=stack,
                 )
+            )
+        return out
+
+    def busiest(self, rows: int) -> list[dict[str, Any]]:
+        """The ``rows`` tasks most busy since the last call, with their cumulative counters.
+
+        Each row has ``recent``, the seconds on the loop since the last call,
+        which ranks them. For ``corun top``: no stacks, no dataclasses.
+        """
+        live = self.live_tasks()
+        counters = task_counters(live)
+        last = self._top_last
+        current: dict[int, float] = {}
+        ranked: list[tuple[float, int]] = []
+        for index, task in enumerate(live):
+            ident = counters[index][0] or id(task)
+            busy = counters[index][3]
+            current[ident] = busy
+            ranked.append((busy - last.get(ident, 0.0), index))
+        self._top_last = current
+        ranked.sort(reverse=True)
+        step_task = self.accounting.step_task
+        out: list[dict[str, Any]] = []
+        for recent, index in ranked[:rows]:
+            task = live[index]
+            ident, _parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters[index]
+            waiter = task._fut_waiter if isinstance(task, TaskCore) else None
+            out.append(
+                {
+                    "id": ident or id(task),
+                    "name": task.get_name(),
+                    "state": _state(task, step_task, waiter),
+                    "steps": steps,
+                    "busy": busy,
+                    "longest": longest,
+                    "wake_mean": wake_total / steps if steps else 0.0,
+                    "wake_max": wake_max,
+                    "wake_p99": wake_p99,
+                    "recent": recent,
+                }
             )
         return out
 
@@ -460,18 +506,19 @@ class Observer:
         self.accounting.recorder.add(NOTE, 0, 0, text)
 
 
+def _state(task: Any, step_task: Any, waiter: Any) -> str:
+    if task is step_task:
+        return "running"
+    if task.cancelling():
+        return "cancelling"
+    return "ready" if waiter is None else "waiting"
+
+
 def _task_id(task: Any) -> int | None:
     if task is None:
         return None
     ident = getattr(task, "_corun_id", 0)
     return int(ident) if ident else id(task)
-
-
-def _safe(function: Any, *args: Any) -> Any:
-    try:
-        return function(*args)
-    except Exception as exc:  # a task mid-change; say so rather than fail the answer
-        return f"(unreadable: {type(exc).__name__})" if function is waiting_on else None
 
 
 def _warn(owner: str, running: float, stack: tuple[str, ...]) -> None:

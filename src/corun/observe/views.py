@@ -29,8 +29,9 @@ PS_FRAMES: Final = 3
 #: Widest task name and "waiting on" cell in ``corun ps``; longer ones are cut.
 _NAME_WIDTH: Final = 48
 _WAITING_WIDTH: Final = 40
-#: A stall whose thread had the CPU for at least this share of it was computing.
-_COMPUTING_SHARE: Final = 0.5
+#: A stall whose thread had the CPU for at least this share of it was computing
+#: (the same bar as ``Stall.computing``; used when an answer does not say).
+_COMPUTING_SHARE: Final = 0.1
 
 
 def duration(seconds: float) -> str:
@@ -290,7 +291,10 @@ def render_dump(doc: Doc) -> str:
     for stall in stalls:
         total = stall["duration_ms"]
         cpu = stall["cpu_ms"]
-        doing = "computing" if total > 0 and cpu >= _COMPUTING_SHARE * total else "parked"
+        computing = stall.get("computing")
+        if computing is None:  # an answer without the producer's verdict
+            computing = total > 0 and cpu >= _COMPUTING_SHARE * total
+        doing = "computing" if computing else "parked"
         lines.append(
             f"  {wall_time(stall['t'])}  {stall['task']} blocked the loop for "
             f"{duration(total / 1000.0)} ({doing}: cpu {duration(cpu / 1000.0)}, "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from types import FrameType
+from types import CodeType, CoroutineType, FrameType, GeneratorType
 from typing import Any, Final
 
 #: Frames kept per task, innermost ones.
@@ -40,9 +40,32 @@ _ASYNCIO_WAITS: Final = {
 }
 
 
+# Per code object: "file:{line} function" with the line left to fill in, and
+# what a frame of it waits on ("" for none). Read for every frame of every
+# task, so computed once per code object.
+_CODE_FORMAT: dict[CodeType, str] = {}
+_CODE_KIND: dict[CodeType, str] = {}
+
+
 def _location(frame: FrameType) -> str:
     code = frame.f_code
-    return f"{code.co_filename}:{frame.f_lineno} {code.co_name}"
+    form = _CODE_FORMAT.get(code)
+    if form is None:
+        form = _CODE_FORMAT[code] = f"{code.co_filename}:%d {code.co_name}"
+    return form % frame.f_lineno
+
+
+def _kind(code: CodeType) -> str:
+    kind = _CODE_KIND.get(code)
+    if kind is None:
+        filename = code.co_filename
+        kind = ""
+        if os.path.dirname(filename) == _ASYNCIO_DIR:
+            kind = _ASYNCIO_WAITS.get((os.path.basename(filename), code.co_name), "")
+        elif code.co_name == "_wait_fd" and filename.endswith(os.path.join("net", "sockets.py")):
+            kind = "fd"
+        _CODE_KIND[code] = kind
+    return kind
 
 
 def await_chain(coro: Any) -> list[Any]:
@@ -51,17 +74,28 @@ def await_chain(coro: Any) -> list[Any]:
     current = coro
     while current is not None and len(chain) < 256:
         chain.append(current)
-        nxt = getattr(current, "cr_await", None)
-        if nxt is None:
-            nxt = getattr(current, "gi_yieldfrom", None)
-        if nxt is None:
-            nxt = getattr(current, "ag_await", None)
-        current = nxt
+        kind = type(current)
+        if kind is CoroutineType:
+            current = current.cr_await
+        elif kind is GeneratorType:
+            current = current.gi_yieldfrom
+        else:
+            nxt = getattr(current, "cr_await", None)
+            if nxt is None:
+                nxt = getattr(current, "gi_yieldfrom", None)
+            if nxt is None:
+                nxt = getattr(current, "ag_await", None)
+            current = nxt
     return chain
 
 
 def frame_of(awaitable: Any) -> FrameType | None:
     """The frame of a coroutine, generator or async generator (None when it has none)."""
+    kind = type(awaitable)
+    if kind is CoroutineType:
+        return awaitable.cr_frame  # type: ignore[no-any-return]
+    if kind is GeneratorType:
+        return awaitable.gi_frame  # type: ignore[no-any-return]
     for name in ("cr_frame", "gi_frame", "ag_frame"):
         frame = getattr(awaitable, name, None)
         if frame is not None:
@@ -69,10 +103,15 @@ def frame_of(awaitable: Any) -> FrameType | None:
     return None
 
 
-def task_stack(task: Any) -> list[str]:
+def task_stack(task: Any, chain: list[Any] | None = None) -> list[str]:
     """The task's await chain as ``file:line function`` strings, innermost last."""
-    frames = [frame_of(item) for item in await_chain(task.get_coro())]
-    lines = [_location(frame) for frame in frames if frame is not None]
+    if chain is None:
+        chain = await_chain(task.get_coro())
+    lines = []
+    for item in chain:
+        frame = frame_of(item)
+        if frame is not None:
+            lines.append(_location(frame))
     return lines[-MAX_FRAMES:]
 
 
@@ -86,39 +125,29 @@ def thread_stack(frame: FrameType | None) -> list[str]:
     return lines[-MAX_FRAMES:]
 
 
-def waiting_on(task: Any, loop_time: float) -> str:
+def waiting_on(task: Any, loop_time: float, chain: list[Any] | None = None) -> str:
     """A short description of what ``task`` waits for ("" when it is ready to run).
 
     ``loop_time`` is the loop's clock now, to turn a sleep's deadline into
-    the time left.
+    the time left. ``chain`` saves walking the await chain again.
     """
     waiter = getattr(task, "_fut_waiter", None)
     if waiter is None:
         return ""
-    chain = await_chain(task.get_coro())
+    if chain is None:
+        chain = await_chain(task.get_coro())
     for awaitable in reversed(chain):
         frame = frame_of(awaitable)
         if frame is None:
             continue
-        described = _describe_frame(frame, loop_time)
-        if described:
-            return described
+        kind = _kind(frame.f_code)
+        if kind == "fd":
+            return _fd_wait(frame)
+        if kind:
+            return _detail(kind, frame, loop_time)
     if _is_task(waiter):
         return f"task {waiter.get_name()}"
     return f"future {_short_repr(waiter)}"
-
-
-def _describe_frame(frame: FrameType, loop_time: float) -> str:
-    code = frame.f_code
-    filename = code.co_filename
-    if os.path.dirname(filename) == _ASYNCIO_DIR:
-        kind = _ASYNCIO_WAITS.get((os.path.basename(filename), code.co_name))
-        if kind is None:
-            return ""
-        return _detail(kind, frame, loop_time)
-    if code.co_name == "_wait_fd" and filename.endswith(os.path.join("net", "sockets.py")):
-        return _fd_wait(frame)
-    return ""
 
 
 def _detail(kind: str, frame: FrameType, loop_time: float) -> str:
