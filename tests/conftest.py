@@ -245,6 +245,12 @@ class LoopChecker:
             problems.append(f"file descriptors leaked: {leaked}")
         for s, before in self.signals_before.items():
             after = signal.getsignal(s)
+            if _is_observe_dump(before) and after == signal.SIG_DFL:
+                # corun.observe's SIGTERM dump (CORUN_OBSERVE=1), replaced by a
+                # loop's handler, whose removal puts back the default, as
+                # asyncio's does: not a leak.
+                signal.signal(s, before)
+                continue
             if after != before:
                 signal.signal(s, before)
                 problems.append(f"signal {s!r} handler not restored: {before!r} -> {after!r}")
@@ -388,3 +394,9 @@ def restore_policy() -> Iterator[None]:
         yield
     finally:
         asyncio.set_event_loop_policy(policy)
+
+
+def _is_observe_dump(handler: object) -> bool:
+    """Whether ``handler`` is corun.observe's SIGTERM dump."""
+    dumps = sys.modules.get("corun.observe.dumps")
+    return dumps is not None and isinstance(handler, dumps.SigtermDump)

@@ -86,9 +86,7 @@ def test_quantiles_and_merge() -> None:
 
 
 @pytest.mark.parametrize("delay", [0.001, 0.010, 0.100])
-def test_the_loop_lag_histogram_reads_injected_delays(
-    loop: corun.EventLoop, delay: float
-) -> None:
+def test_the_loop_lag_histogram_reads_injected_delays(loop: corun.EventLoop, delay: float) -> None:
     # Each round: one callback blocks for `delay`, and nine queued behind it
     # run late by that much. Every callback also measures its own lateness,
     # from its queueing (or its timer's deadline) to its start: the truth the

@@ -115,7 +115,7 @@ def _serve() -> None:
         return lambda: answers.encode(make(MONITOR.observers()))
 
     handlers: dict[str, Callable[[], str]] = {
-        "ps": answer(answers.ps),
+        "ps": lambda: answers.ps_text(MONITOR.observers()),
         "top": answer(answers.top),
         "dump": answer(answers.dump),
         "metrics": lambda: prometheus.exposition(MONITOR.observers()),

@@ -52,10 +52,7 @@ def install(directory: str, socket_path: str) -> None:
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     ):
-        signal.signal(
-            signal.SIGTERM,
-            lambda signum, frame: _on_sigterm(directory, socket_path, signum, frame),
-        )
+        signal.signal(signal.SIGTERM, SigtermDump(directory, socket_path))
     previous = sys.excepthook
 
     def excepthook(
@@ -72,11 +69,22 @@ def install(directory: str, socket_path: str) -> None:
     sys.excepthook = excepthook
 
 
-def _on_sigterm(directory: str, socket_path: str, signum: int, frame: FrameType | None) -> None:
-    try:
-        write_dump(directory, "SIGTERM")
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(socket_path)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+class SigtermDump:
+    """The SIGTERM handler: write the flight recorder, remove the socket, then end as before.
+
+    A program that later sets its own handler replaces this one (and
+    asyncio's ``remove_signal_handler`` puts back the default, not this).
+    """
+
+    def __init__(self, directory: str, socket_path: str) -> None:
+        self.directory = directory
+        self.socket_path = socket_path
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        try:
+            write_dump(self.directory, "SIGTERM")
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(self.socket_path)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)

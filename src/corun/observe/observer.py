@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any, Final
 
 from corun.observe.histogram import LatencyHistogram
@@ -31,8 +32,40 @@ DEFAULT_STALL_THRESHOLD: Final = 0.1
 MIN_STALL_THRESHOLD: Final = 0.01
 #: Stalls kept with their stacks.
 MAX_STALLS: Final = 128
-#: Seconds the walk of the tasks pauses between chunks, off the loop's thread.
-CHUNK_PAUSE: Final = 0.0005
+#: Off the loop's thread, a walk of the tasks holds the GIL at most about this
+#: long, then sleeps this long, so that the loop's thread can take the GIL.
+CHUNK_SECONDS: Final = 0.001
+CHUNK_PAUSE: Final = 0.0003
+
+
+class _Pauses:
+    """Sleeps now and then in a long walk off the loop's thread (a no-op on it).
+
+    A thread that only yields the GIL takes it straight back; a short sleep
+    lets the loop's thread have it. Checked every 16 items, by the clock, so
+    that a slow machine pauses as often as a fast one.
+    """
+
+    __slots__ = ("_count", "_off_loop", "_since")
+
+    def __init__(self, *, off_loop: bool) -> None:
+        self._off_loop = off_loop
+        self._count = 0
+        self._since = time.perf_counter()
+
+    def tick(self) -> None:
+        self._count += 1
+        if self._off_loop and not self._count & 15:
+            now = time.perf_counter()
+            if now - self._since >= CHUNK_SECONDS:
+                time.sleep(CHUNK_PAUSE)
+                self._since = time.perf_counter()
+
+
+#: A task's fields, in ``TaskSummary``'s order.
+TaskRow = tuple[
+    int, str, int | None, str, int, float, float, float, float, float, str, tuple[str, ...]
+]
 
 
 class ObserveError(Exception):
@@ -137,14 +170,20 @@ class Observer:
             blocked=self.blocked(),
         )
 
-    def summary(self, tasks: tuple[TaskSummary, ...] | None = None) -> LoopSummary:
-        """The loop-wide figures (``tasks`` saves listing them again)."""
+    def summary(
+        self,
+        tasks: tuple[TaskSummary, ...] | None = None,
+        *,
+        states: dict[str, int] | None = None,
+    ) -> LoopSummary:
+        """The loop-wide figures (``tasks``, or their ``states`` counted, save a walk)."""
         accounting = self.accounting
-        if tasks is None:
-            tasks = tuple(self.tasks(stacks=False))
-        states: dict[str, int] = {}
-        for task in tasks:
-            states[task.state] = states.get(task.state, 0) + 1
+        if states is None:
+            states = {}
+            listed = tasks if tasks is not None else self.walk(stacks=False)
+            for task in listed:
+                state = task.state if isinstance(task, TaskSummary) else task[3]
+                states[state] = states.get(state, 0) + 1
         loop = self._loop_ref()
         return LoopSummary(
             lag=self.lag(),
@@ -174,35 +213,44 @@ class Observer:
         registry: Any = asyncio.tasks._all_tasks  # type: ignore[attr-defined]
         for _attempt in range(100):
             try:
-                # list() of a WeakSet can fail if the loop adds a task meanwhile.
-                candidates = list(registry)
+                # The weak references, copied in C: iterating the WeakSet runs
+                # a Python generator, and the loop may add a task meanwhile.
+                references = list(registry.data)
                 break
             except RuntimeError:
                 continue
         else:
-            candidates = []
-        return [t for t in candidates if t.get_loop() is loop and not t.done()]
+            references = []
+        live = []
+        pause = _Pauses(off_loop=threading.get_ident() != loop._thread_id)
+        for reference in references:
+            task = reference()
+            if task is not None and task.get_loop() is loop and not task.done():
+                live.append(task)
+            pause.tick()
+        return live
 
-    def tasks(self, *, stacks: bool = True, chunk: int = 200) -> list[TaskSummary]:
-        """A summary of each live task.
+    def tasks(self, *, stacks: bool = True) -> list[TaskSummary]:
+        """A summary of each live task (``stacks=False``: without await chains and waits)."""
+        return [TaskSummary(*row) for row in self.walk(stacks=stacks)]
 
-        Off the loop's thread, the walk sleeps briefly every ``chunk`` tasks:
-        a thread that only yields the GIL takes it straight back, and the
-        loop of a process with 10,000 tasks must not wait that long.
+    def walk(self, *, stacks: bool = True) -> Iterator[TaskRow]:
+        """Each live task as the fields of a ``TaskSummary``, in order.
+
+        Off the loop's thread, the walk pauses every millisecond or so (see
+        ``_Pauses``), so that the loop of a process with 10,000 tasks is never
+        held up for long.
         """
         live = self.live_tasks()
         counters = task_counters(live)
         step_task = self.accounting.step_task
         loop = self._loop_ref()
         now = loop.time() if loop is not None else 0.0
-        off_loop = loop is None or threading.get_ident() != loop._thread_id
-        out: list[TaskSummary] = []
+        pause = _Pauses(off_loop=loop is None or threading.get_ident() != loop._thread_id)
         for index, task in enumerate(live):
-            if off_loop and index and index % chunk == 0:
-                time.sleep(CHUNK_PAUSE)
+            pause.tick()
             ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters[index]
             waiter = task._fut_waiter if isinstance(task, TaskCore) else None
-            state = _state(task, step_task, waiter)
             stack: tuple[str, ...] = ()
             waits = ""
             if stacks:
@@ -213,25 +261,22 @@ class Observer:
                         waits = waiting_on(task, now, chain)
                 except Exception as exc:  # a task changing under us: say so, go on
                     waits = f"(unreadable: {type(exc).__name__})"
-            out.append(
-                TaskSummary(
-                    id=ident or id(task),
-                    name=task.get_name(),
-                    parent=parent or None,
-                    state=state,
-                    steps=steps,
-                    busy=busy,
-                    longest=longest,
-                    wake_mean=wake_total / steps if steps else 0.0,
-                    wake_max=wake_max,
-                    wake_p99=wake_p99,
-                    waiting_on=waits,
-                    stack=stack,
-                )
+            yield (
+                ident or id(task),
+                task.get_name(),
+                parent or None,
+                _state(task, step_task, waiter),
+                steps,
+                busy,
+                longest,
+                wake_total / steps if steps else 0.0,
+                wake_max,
+                wake_p99,
+                waits,
+                stack,
             )
-        return out
 
-    def busiest(self, rows: int) -> list[dict[str, Any]]:
+    def busiest(self, rows: int, states: dict[str, int] | None = None) -> list[dict[str, Any]]:
         """The ``rows`` tasks most busy since the last call, with their cumulative counters.
 
         Each row has ``recent``, the seconds on the loop since the last call,
@@ -242,14 +287,18 @@ class Observer:
         last = self._top_last
         current: dict[int, float] = {}
         ranked: list[tuple[float, int]] = []
+        step_task = self.accounting.step_task
         for index, task in enumerate(live):
+            if states is not None:
+                waiter = task._fut_waiter if isinstance(task, TaskCore) else None
+                state = _state(task, step_task, waiter)
+                states[state] = states.get(state, 0) + 1
             ident = counters[index][0] or id(task)
             busy = counters[index][3]
             current[ident] = busy
             ranked.append((busy - last.get(ident, 0.0), index))
         self._top_last = current
         ranked.sort(reverse=True)
-        step_task = self.accounting.step_task
         out: list[dict[str, Any]] = []
         for recent, index in ranked[:rows]:
             task = live[index]

@@ -328,7 +328,7 @@ def init_task(
     task._coro = coro
     task._context = contextvars.copy_context() if context is None else context
     instruments = _instruments_of(task)
-    accounting = _accounting_of(task)
+    accounting = _accounting_of(task) if instruments is not NO_INSTRUMENTS else None
     if accounting is not None:
         task._corun_id = accounting.new_task_id()
         parent = accounting.step_task
