@@ -240,15 +240,20 @@ class LoopChecker:
         gc.collect()
         if self.errors.contexts:
             problems.append(f"unexpected exception handler calls: {self.errors.describe()}")
-        leaked = {fd: path for fd, path in open_fds().items() if fd not in self.fds_before}
+        leaked = {
+            fd: path
+            for fd, path in open_fds().items()
+            if fd not in self.fds_before and fd not in _observe_fds()
+        }
         if leaked:
             problems.append(f"file descriptors leaked: {leaked}")
         for s, before in self.signals_before.items():
             after = signal.getsignal(s)
+            if _is_observe_dump(after) and before == signal.SIG_DFL:
+                continue  # installed once per process by CORUN_OBSERVE=1's first loop
             if _is_observe_dump(before) and after == signal.SIG_DFL:
-                # corun.observe's SIGTERM dump (CORUN_OBSERVE=1), replaced by a
-                # loop's handler, whose removal puts back the default, as
-                # asyncio's does: not a leak.
+                # corun.observe's SIGTERM dump, replaced by a loop's handler,
+                # whose removal puts back the default, as asyncio's does.
                 signal.signal(s, before)
                 continue
             if after != before:
@@ -400,3 +405,9 @@ def _is_observe_dump(handler: object) -> bool:
     """Whether ``handler`` is corun.observe's SIGTERM dump."""
     dumps = sys.modules.get("corun.observe.dumps")
     return dumps is not None and isinstance(handler, dumps.SigtermDump)
+
+
+def _observe_fds() -> frozenset[int]:
+    """The fds corun.observe keeps for the whole process (CORUN_OBSERVE=1): not a test's."""
+    monitor = sys.modules.get("corun.observe.monitor")
+    return monitor.MONITOR.own_fds() if monitor is not None else frozenset()

@@ -76,7 +76,8 @@ def enable(
 
     ``stall_threshold`` (seconds, 0.01 to 60): a step or callback that runs
     longer is a stall. ``serve``: also answer ``corun ps/top/dump`` for this
-    process over its Unix socket. Enabling a loop twice returns its observer.
+    process over its Unix socket. Enabling a loop twice returns its observer,
+    with the new threshold.
 
     Raises:
         ObserveError: ``loop`` is not a corun loop, or the threshold is out of range.
@@ -94,6 +95,7 @@ def enable(
         )
     existing = observer_of(loop)
     if existing is not None:
+        existing.set_stall_threshold(float(stall_threshold))
         return existing
     if loop.is_closed():
         raise ObserveError("the loop is closed")

@@ -76,6 +76,17 @@ class Monitor:
         self._failed: set[str] = set()
         self.server: Any = None
 
+    def own_fds(self) -> frozenset[int]:
+        """The file descriptors observation holds for the whole process.
+
+        The inspection socket and its wake pipe, and the faulthandler
+        backstop's file: opened once, by the first observed loop, and kept.
+        """
+        fds = set(self.server.fds()) if self.server else set()
+        if self._backstop_file is not None:
+            fds.add(self._backstop_file.fileno())
+        return frozenset(fds)
+
     def observers(self) -> list[Observer]:
         """The observers watched now."""
         with self._lock:

@@ -360,6 +360,11 @@ class Observer:
 
     # --- the watchdog's side (monitor.py calls these on its thread) ------------
 
+    def set_stall_threshold(self, seconds: float) -> None:
+        """Change the stall threshold (seconds, checked by ``enable``)."""
+        self.stall_threshold = seconds
+        self.accounting.stall_threshold = seconds
+
     def running(self) -> bool:
         """Whether the observed loop is running."""
         loop = self._loop_ref()

@@ -157,6 +157,7 @@ class InspectServer:
         self._uid = os.geteuid()
         self._thread: threading.Thread | None = None
         self._wake_w = -1
+        self._fds: frozenset[int] = frozenset()
         self._path: str | None = None
         self._bound: tuple[int, int] | None = None
         self._owner_pid = -1
@@ -199,11 +200,16 @@ class InspectServer:
             raise
         self._path = path
         self._owner_pid = os.getpid()
+        self._fds = frozenset({listener.fileno(), wake_r, self._wake_w})
         self._thread = threading.Thread(
             target=self._serve, args=(listener, wake_r), name="corun-inspect", daemon=True
         )
         self._thread.start()
         return path
+
+    def fds(self) -> frozenset[int]:
+        """The file descriptors the server holds while it serves (its socket, its wake pipe)."""
+        return frozenset() if self._closed else self._fds
 
     def close(self) -> None:
         """Stop serving and remove the socket file. Idempotent.
