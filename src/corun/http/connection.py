@@ -37,15 +37,12 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, final
+from typing import Final, Protocol, final
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from corun.http import errors
-
-if TYPE_CHECKING:
-    from corun.http.pool import Pool
 
 #: The status line and the headers of a response, at most.
 MAX_HEADER_BYTES: Final = 64 * 1024
@@ -54,6 +51,16 @@ MAX_HEADERS: Final = 256
 #: The ``Accept-Encoding`` the client sends.
 ACCEPT_ENCODING: Final = "gzip, deflate, br"
 _NO_HEADERS: Final = CIMultiDictProxy(CIMultiDict[str]())
+
+
+class Owner(Protocol):
+    """What a ``Connection`` needs of its pool (``pool.Pool``), without importing it."""
+
+    def release(self, conn: Connection) -> None:
+        """``conn`` completed a keep-alive response and may carry another request."""
+
+    def discard(self, conn: Connection) -> None:
+        """``conn`` is closed (or closing) and must no longer be counted or handed out."""
 
 
 @final
@@ -158,7 +165,7 @@ class Connection(asyncio.Protocol):
         "waiter",
     )
 
-    def __init__(self, pool: Pool, key: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, pool: Owner, key: str, loop: asyncio.AbstractEventLoop) -> None:
         self.pool = pool
         self.key = key
         self.loop = loop
