@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Final
+
+from corun.testing.servers import free_port, wait_listening
 
 #: Where Debian installs nginx (``/usr/sbin`` is not on every user's PATH).
 _CANDIDATES: Final = ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
@@ -79,13 +79,6 @@ def find_nginx() -> str:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class Nginx:
     """nginx serving ``root`` on ``127.0.0.1``; a context manager.
 
@@ -124,7 +117,7 @@ class Nginx:
         """
         binary = find_nginx()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
+        self.port = free_port()
         config = self.workdir / "nginx.conf"
         config.write_text(
             _CONFIG.format(
@@ -145,18 +138,10 @@ class Nginx:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                pass
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                text = log.read_text(errors="replace") if log.exists() else ""
-                raise RuntimeError(f"nginx did not start on port {self.port}: {text.strip()}")
-            time.sleep(0.02)
+        if not wait_listening("127.0.0.1", self.port, self._proc, timeout=timeout):
+            self.stop()
+            text = log.read_text(errors="replace") if log.exists() else ""
+            raise RuntimeError(f"nginx did not start on port {self.port}: {text.strip()}")
 
     def stop(self) -> None:
         """Stop nginx (quickly) and wait for it."""
