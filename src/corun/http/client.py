@@ -272,7 +272,9 @@ def _request_bytes(
         host = f"[{host}]"  # an IPv6 literal
     if not url.is_default_port():
         host = f"{host}:{url.port}"
-    target = str(url.with_fragment(None)) if route.absolute_form else url.raw_path_qs
+    target = url.raw_path_qs
+    if route.absolute_form:  # to a proxy: the whole URL, without user info or fragment
+        target = f"{url.scheme}://{host}{target}"
     lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
     given: set[str] = set()
     if headers:
