@@ -243,3 +243,26 @@ def test_header_injection_is_refused(loop: asyncio.AbstractEventLoop) -> None:
             assert seen == []  # nothing was sent
 
     run(loop, main())
+
+
+@pytest.mark.parametrize("policies", [False, True])
+def test_the_total_timeout_bounds_a_trickling_response(
+    loop: asyncio.AbstractEventLoop, policies: bool
+) -> None:
+    """Without policies the engine keeps the total timeout; with them, the pipeline does."""
+
+    async def main() -> None:
+        options = ClientOptions(
+            total_timeout=0.3,
+            read_timeout=10.0,
+            retry=None,
+            breaker=None if not policies else ClientOptions().breaker,
+        )
+        async with serve() as (base, _), Client(options) as client:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(RequestTimeout, match=r"total timeout of 0\.3 s after 1 attempt"):
+                await client.request("GET", f"{base}/stall-body")
+            assert 0.3 <= asyncio.get_running_loop().time() - started < 2.0
+            assert (await client.request("GET", f"{base}/ok")).body == b"fine"
+
+    run(loop, main())

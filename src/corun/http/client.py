@@ -214,6 +214,7 @@ class _Call:
         "attempts",
         "body",
         "data",
+        "deadline",
         "headers",
         "host",
         "method",
@@ -242,6 +243,9 @@ class _Call:
         self.retryable = retryable
         self.attempts = 0
         self.data = b""
+        #: The loop time the call must end by, when the engine keeps the total
+        #: timeout (no retry, no host policies); 0.0 when the pipeline does.
+        self.deadline = 0.0
 
     def error(self, cls: type[E], detail: str, **extra: Any) -> E:
         """A ``cls`` error about this call: ``"METHOD URL: detail"``, with its context."""
@@ -518,6 +522,10 @@ class Client:
         self._retried = self._once
         if self._retry is not None:
             self._retried = Pipeline(total, self._retry, *inner, name="request")
+        # With no retry and no host policy, the total timeout is all the
+        # pipeline would do: the engine keeps it instead (the pool's watchdog,
+        # see pool.py), so such a call is one coroutine awaiting one future.
+        self._direct = self._retry is None and not host_policies
 
     def _retry_options(self, retry: RetryOptions) -> RetryOptions:
         changes: dict[str, Any] = {}
@@ -633,9 +641,13 @@ class Client:
         started = clock.now()
         self._requests += 1
         self._in_flight += 1
-        pipeline = self._retried if retryable else self._once
         try:
-            reply = await pipeline.execute(self._attempt, call, key=call.host)
+            if self._direct:
+                call.deadline = pool.now() + self.options.total_timeout
+                reply = await self._attempt(call)
+            else:
+                pipeline = self._retried if retryable else self._once
+                reply = await pipeline.execute(self._attempt, call, key=call.host)
         except Exception as exc:
             error = _http_error(exc, call, self.options)
             if error is None:
@@ -684,18 +696,20 @@ class Client:
             conn = pool.take(key)
             if conn is None:
                 try:
-                    conn = await pool.acquire(key, url)
+                    conn = await pool.acquire(key, url, call.deadline)
                 except WireError as exc:
-                    raise call.error(exc.cls, exc.detail) from exc.__cause__
+                    raise call.error(exc.cls, self._detail(exc, call)) from exc.__cause__
             reused = conn.served > 0
-            waiter = conn.send(data, head=method == "HEAD", cap=cap, url=raw_url)
+            waiter = conn.send(
+                data, head=method == "HEAD", cap=cap, url=raw_url, deadline=call.deadline
+            )
             try:
                 reply = await waiter
             except WireError as exc:
                 if exc.unanswered and reused and call.retryable and not resent:
                     resent = count = True  # the server had closed it: once more, on another
                     continue
-                raise call.error(exc.cls, exc.detail) from exc
+                raise call.error(exc.cls, self._detail(exc, call)) from exc
             except BaseException:
                 if conn.waiter is waiter:
                     conn.abort()  # abandoned midway: the connection's framing is lost
@@ -722,6 +736,12 @@ class Client:
             except errors.InvalidRequest as exc:
                 raise call.error(errors.InvalidRequest, str(exc)) from None
             raw_url = str(url)
+
+    def _detail(self, exc: WireError, call: _Call) -> str:
+        if exc.total:
+            timeout = self.options.total_timeout
+            return f"total timeout of {timeout:g} s after {_plural(call.attempts, 'attempt')}"
+        return exc.detail
 
     @staticmethod
     def _redirect(

@@ -87,12 +87,19 @@ class WireError(Exception):
     """
 
     def __init__(
-        self, cls: type[errors.HttpError], detail: str, *, unanswered: bool = False
+        self,
+        cls: type[errors.HttpError],
+        detail: str,
+        *,
+        unanswered: bool = False,
+        total: bool = False,
     ) -> None:
         super().__init__(detail)
         self.cls = cls
         self.detail = detail
         self.unanswered = unanswered
+        #: The call's total timeout fired (the client words the message).
+        self.total = total
 
 
 class _HeadDone(Exception):
@@ -156,6 +163,7 @@ class Connection(asyncio.Protocol):
         "_status",
         "_url",
         "closed",
+        "deadline",
         "key",
         "loop",
         "pool",
@@ -177,6 +185,8 @@ class Connection(asyncio.Protocol):
         self.served = 0
         #: Watchdog ticks since the last progress (a read, a send, a release).
         self.stall = 0
+        #: The loop time the request in flight must end by (0.0: no deadline).
+        self.deadline = 0.0
         self.closed = False
         self._reset(False, 0, "")
 
@@ -197,7 +207,9 @@ class Connection(asyncio.Protocol):
 
     # ---- the request
 
-    def send(self, data: bytes, *, head: bool, cap: int, url: str) -> asyncio.Future[Reply]:
+    def send(
+        self, data: bytes, *, head: bool, cap: int, url: str, deadline: float = 0.0
+    ) -> asyncio.Future[Reply]:
         """Write one request; the future gets its ``Reply`` or a ``WireError``.
 
         Args:
@@ -205,11 +217,14 @@ class Connection(asyncio.Protocol):
             head: the request is a HEAD (its response has no body).
             cap: the body cap in bytes.
             url: the request's URL, for the ``Reply``.
+            deadline: the loop time by which the response must be complete
+                (0.0: none); the pool's watchdog enforces it.
         """
         waiter: asyncio.Future[Reply] = self.loop.create_future()
         self.waiter = waiter
         self._reset(head, cap, url)
         self.stall = 0
+        self.deadline = deadline
         transport = self.transport
         assert transport is not None
         transport.write(data)
@@ -229,6 +244,10 @@ class Connection(asyncio.Protocol):
     def fail_timeout(self, seconds: float) -> None:
         """The watchdog saw no byte for ``seconds``: fail the request in flight."""
         self._fail(WireError(errors.RequestTimeout, f"read timeout of {seconds:g} s"))
+
+    def fail_deadline(self) -> None:
+        """The watchdog saw the request's deadline pass: fail it."""
+        self._fail(WireError(errors.RequestTimeout, "total timeout", total=True))
 
     # ---- asyncio.Protocol
 

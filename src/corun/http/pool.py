@@ -121,12 +121,14 @@ class Pool:
         self._conns: set[Connection] = set()
         self._waiters: deque[tuple[str, asyncio.Future[Connection | None]]] = deque()
         self._closed = False
-        tick = min(options.read_timeout, options.keepalive_timeout) / _TICKS
+        tick = min(options.read_timeout, options.keepalive_timeout, options.total_timeout) / _TICKS
         self._tick = tick
         self._read_ticks = round(options.read_timeout / tick)
         self._idle_ticks = round(options.keepalive_timeout / tick)
         self._watchdog: asyncio.TimerHandle | None = None
         self._drained: asyncio.Future[None] | None = None
+        #: The loop's clock (bound method cached): deadlines are in its time.
+        self.now = loop.time
 
     def _context(self) -> ssl.SSLContext:
         """The TLS context, made on first use (loading the CA store takes milliseconds)."""
@@ -161,13 +163,27 @@ class Pool:
                 return conn
         return None
 
-    async def acquire(self, key: str, url: URL) -> Connection:
+    async def acquire(self, key: str, url: URL, deadline: float = 0.0) -> Connection:
         """A connection to ``key``: an idle one, a new one, or one that frees up.
 
+        Args:
+            key: the origin.
+            url: a URL of the origin (to connect to).
+            deadline: the loop time to give up at (0.0: none).
+
         Raises:
-            WireError: connecting failed or timed out.
+            WireError: connecting failed or timed out, or the deadline passed.
             RuntimeError: the pool is closed.
         """
+        if not deadline:
+            return await self._acquire(key, url)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._acquire(key, url)
+        except TimeoutError:
+            raise WireError(errors.RequestTimeout, "total timeout", total=True) from None
+
+    async def _acquire(self, key: str, url: URL) -> Connection:
         options = self._options
         while True:
             if self._closed:
@@ -358,11 +374,14 @@ class Pool:
     def _watch(self) -> None:
         self._watchdog = None
         read_ticks, idle_ticks = self._read_ticks, self._idle_ticks
+        now = self.now()
         for conn in list(self._conns):
             stall = conn.stall = conn.stall + 1
             if conn.waiter is not None:
                 if stall > read_ticks:
                     conn.fail_timeout(self._options.read_timeout)
+                elif conn.deadline and now >= conn.deadline:
+                    conn.fail_deadline()
             elif stall > idle_ticks:
                 self.discard(conn)
                 conn.abort()
