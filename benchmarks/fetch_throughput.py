@@ -48,6 +48,7 @@ import datetime
 import importlib.util
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -441,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["bare"]:
         return bare(argv[1], argv[2], int(argv[3]))
     args = _parse_args(argv)
+    # On SIGTERM, unwind, so that nginx and the temporary directory go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from benchmarks.report import machine_info
     from corun.testing.nginx import Nginx
 

@@ -86,22 +86,23 @@ class Cancellable(Protocol):
 
 @final
 class SystemClock:
-    """The real clock: ``time.monotonic()``, ``asyncio.sleep`` and ``call_later``.
+    """The real clock: the running loop's ``time()``, ``asyncio.sleep`` and ``call_later``.
 
-    ``now()`` is ``time.monotonic()``, which is what asyncio's and corun's
-    ``loop.time()`` return, so it agrees with the loop's timers without
-    looking the loop up: policies read the time several times per call, and
-    on Python 3.11 every ``asyncio.get_running_loop()`` is a ``getpid()``
-    system call. Timers are armed relative to now (``call_later``), so a
-    loop with a clock of its own (uvloop's, in milliseconds) still fires
-    them on time.
+    ``now()`` reads the running loop's clock so that it agrees with the
+    loop's own timers. Outside a running loop (for ``statistics()`` called
+    from synchronous code) it falls back to ``time.monotonic()``, which is
+    what both asyncio's loop and corun's return.
     """
 
     __slots__ = ()
 
     def now(self) -> float:
-        """``time.monotonic()``: the loop's time, inside a loop or outside one."""
-        return time.monotonic()
+        """The running loop's time, or ``time.monotonic()`` without one."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return time.monotonic()
+        return loop.time()
 
     async def sleep(self, seconds: float) -> None:
         """``asyncio.sleep(seconds)``."""
