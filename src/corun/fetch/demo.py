@@ -251,9 +251,8 @@ def _story(
     )
     lines.append(
         f"  drop     {n(drop.requests):>7}  connection closed without a response, "
-        f"{DROP_ATTEMPTS} times each ({n(stats.faults['drop'])} drops): corun.http resent "
-        f"at once a request whose reused connection died unanswered (RFC 9112), its retry "
-        f"policy the rest; "
+        f"{DROP_ATTEMPTS} times each ({n(stats.faults['drop'])} drops): aiohttp resent the "
+        f"first itself (RFC 9112), corun.http's retry policy the second; "
         f"{n(drop.retried)} retried, {n(drop.ok)} got 200"
     )
     refused = down.errors.get("connect", 0)

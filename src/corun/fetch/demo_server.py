@@ -56,10 +56,10 @@ DEFAULT_MIX: Final[Mapping[str, float]] = {
 }
 #: The ``Retry-After`` (seconds) of a flaky 503.
 FLAKY_RETRY_AFTER: Final = 0.5
-#: Attempts of a ``/drop`` path whose connection is closed. Two, because
-#: corun.http itself resends an idempotent request once when a reused
-#: keep-alive connection closes before answering (RFC 9112 §9.3.1); a later
-#: drop reaches its retry policy.
+#: Attempts of a ``/drop`` path whose connection is closed. Two, because aiohttp
+#: itself resends an idempotent request once when the server closes the
+#: connection before answering (RFC 9112 §9.3.1); the second drop is the one
+#: that reaches ``corun.http``'s retry policy.
 DROP_ATTEMPTS: Final = 2
 #: The slow responses' delay range, seconds.
 SLOW_MIN: Final = 0.05
