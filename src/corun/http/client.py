@@ -462,6 +462,7 @@ class Client:
         self._metrics = Metrics()
         listeners = [self._metrics, *listeners]
         self._pool: Pool | None = None
+        self._now: Callable[[], float] = self.clock.now
         self._closed = False
         self._requests = 0
         self._in_flight = 0
@@ -561,6 +562,9 @@ class Client:
         loop = asyncio.get_running_loop()
         proxies = proxies_from_environment() if options.trust_env else {}
         self._pool = Pool(loop, options, proxies)
+        if type(self.clock) is SystemClock:
+            # The same clock without a loop look-up per read (a getpid() on 3.11).
+            self._now = loop.time
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -637,8 +641,8 @@ class Client:
             )
         except errors.InvalidRequest as exc:
             raise call.error(errors.InvalidRequest, str(exc)) from None
-        clock = self.clock
-        started = clock.now()
+        now = self._now
+        started = now()
         self._requests += 1
         self._in_flight += 1
         try:
@@ -664,7 +668,7 @@ class Client:
             body=reply.body,
             url=reply.url,
             attempts=call.attempts,
-            elapsed=clock.now() - started,
+            elapsed=now() - started,
         )
 
     async def _attempt(self, call: _Call) -> Reply:

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import ssl
-import urllib.request
 from collections import deque
 from typing import Final, final
 from urllib.parse import unquote, urlsplit
@@ -77,7 +77,15 @@ def tls_context(verify: bool) -> ssl.SSLContext:
 
 
 def proxies_from_environment() -> dict[str, str]:
-    """``{"http": url, "https": url, "no": hosts}`` from the environment (upper or lower case)."""
+    """``{"http": url, "https": url, "no": hosts}`` from the environment (upper or lower case).
+
+    Read as ``urllib.request`` reads it, which is imported only when some
+    ``*_proxy`` variable is set: it costs tens of milliseconds of start-up.
+    """
+    if not any(name[-6:].lower() == "_proxy" for name in os.environ):
+        return {}
+    import urllib.request
+
     return urllib.request.getproxies_environment()
 
 
@@ -442,6 +450,8 @@ class _Tunnel(asyncio.Protocol):
 
 def _bypass(host: str, proxies: dict[str, str]) -> bool:
     """Whether ``NO_PROXY`` (``proxies["no"]``) names ``host``, as urllib reads it."""
+    import urllib.request  # loaded already: only called when a proxy is set
+
     # Public in urllib.request since Python 3.0, absent from typeshed.
     bypass: bool = urllib.request.proxy_bypass_environment(host, proxies)  # type: ignore[attr-defined]
     return bypass
