@@ -240,6 +240,8 @@ def test_header_injection_is_refused(loop: asyncio.AbstractEventLoop) -> None:
         async with serve() as (base, seen), Client(NO_RETRY) as client:
             with pytest.raises(InvalidRequest, match="invalid header"):
                 await client.request("GET", f"{base}/ok", headers={"X-A": "1\r\nX-B: 2"})
+            with pytest.raises(InvalidRequest, match="invalid method"):
+                await client.request("GET /x HTTP/1.1\r\nX-B:", f"{base}/ok")
             assert seen == []  # nothing was sent
 
     run(loop, main())

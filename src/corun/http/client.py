@@ -96,6 +96,8 @@ _DEFAULT_RETRY_ON: Final = RetryOptions().retry_on
 _DEFAULT_FAILURE_ON: Final = BreakerOptions().failure_on
 #: Whitespace and control characters (all of them are <= 0x20), refused in a URL.
 _BAD_URL_CHARS: Final = re.compile(r"[\x00-\x20]")
+#: A method is an RFC 9110 token: nothing that could end the request line early.
+_METHOD: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Z]+")
 #: Characters that would end a header line early (request smuggling), refused in headers.
 _BAD_HEADER_CHARS: Final = re.compile(r"[\r\n\x00]")
 
@@ -623,6 +625,12 @@ class Client:
         if pool is None:
             raise RuntimeError("use the Client in 'async with Client(...) as client:'")
         method = method.upper()
+        if _METHOD.fullmatch(method) is None:
+            raise errors.InvalidRequest(
+                f"{method!r} {url}: invalid method (expected an HTTP token)",
+                method=method,
+                url=str(url),
+            )
         if isinstance(url, URL):
             parsed = url
             url = str(url)
