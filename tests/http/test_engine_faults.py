@@ -268,3 +268,27 @@ def test_the_total_timeout_bounds_a_trickling_response(
             assert (await client.request("GET", f"{base}/ok")).body == b"fine"
 
     run(loop, main())
+
+
+def test_requests_carry_the_same_fields_each_time(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        async with serve() as (base, seen), Client(NO_RETRY) as client:
+            for method in ("GET", "HEAD", "GET"):
+                await client.request(method, f"{base}/ok")
+            await client.request("GET", f"{base}/ok", headers={"X-Extra": "1"})
+        port = base.rsplit(":", 1)[1]
+        fields = (
+            f"Host: 127.0.0.1:{port}\r\nUser-Agent: corun-http/0.1\r\n"
+            "Accept-Encoding: gzip, deflate, br\r\nAccept: */*"
+        ).encode()
+        assert seen[:3] == [
+            b"GET /ok HTTP/1.1\r\n" + fields,
+            b"HEAD /ok HTTP/1.1\r\n" + fields,
+            b"GET /ok HTTP/1.1\r\n" + fields,
+        ]
+        assert seen[3] == b"GET /ok HTTP/1.1\r\nHost: 127.0.0.1:" + port.encode() + (
+            b"\r\nX-Extra: 1\r\nUser-Agent: corun-http/0.1\r\n"
+            b"Accept-Encoding: gzip, deflate, br\r\nAccept: */*"
+        )
+
+    run(loop, main())

@@ -273,15 +273,19 @@ def _request_bytes(
     Raises:
         InvalidRequest: a header that cannot be sent as it is.
     """
-    host = url.raw_host or ""
-    if ":" in host:
-        host = f"[{host}]"  # an IPv6 literal
-    if not url.is_default_port():
-        host = f"{host}:{url.port}"
+    host = route.host
     target = url.raw_path_qs
     if route.absolute_form:  # to a proxy: the whole URL, without user info or fragment
         target = f"{url.scheme}://{host}{target}"
-    lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
+    line = f"{method} {target} HTTP/1.1\r\n"
+    plain = not headers and body is None and method not in _BODY_METHODS
+    if plain and url.raw_user is None and route.plain is not None:
+        # The common request: the header block is the origin's, made once.
+        try:
+            return line.encode("latin-1") + route.plain
+        except UnicodeEncodeError as exc:
+            raise errors.InvalidRequest(f"the request line is not Latin-1: {exc}") from exc
+    lines = [line, f"Host: {host}\r\n"]
     given: set[str] = set()
     if headers:
         for name, value in headers.items():
@@ -312,6 +316,8 @@ def _request_bytes(
         head = "".join(lines).encode("latin-1")
     except UnicodeEncodeError as exc:
         raise errors.InvalidRequest(f"a header is not Latin-1: {exc}") from exc
+    if plain and url.raw_user is None:
+        route.plain = head[len(line) :]  # Latin-1: one byte per character
     return head + body if body else head
 
 

@@ -91,16 +91,29 @@ def proxies_from_environment() -> dict[str, str]:
 
 @final
 class Route:
-    """How to reach an origin: directly, or through a proxy (and then how)."""
+    """How to reach an origin: directly, or through a proxy (and then how).
 
-    __slots__ = ("absolute_form", "proxy", "proxy_auth", "tunnel")
+    Also what every request to the origin repeats: its ``Host`` header, and
+    (``plain``, filled by the client) the header block of a request with no
+    headers or body of the caller's.
+    """
 
-    def __init__(self, proxy: Proxy | None, https: bool) -> None:
+    __slots__ = ("absolute_form", "host", "plain", "proxy", "proxy_auth", "tunnel")
+
+    def __init__(self, proxy: Proxy | None, url: URL) -> None:
+        https = url.scheme == "https"
         self.proxy = proxy
         self.tunnel = proxy is not None and https
         #: http through a proxy: the request line carries the whole URL.
         self.absolute_form = proxy is not None and not https
         self.proxy_auth = proxy.auth if proxy is not None and not https else None
+        host = url.raw_host or ""
+        if ":" in host:
+            host = f"[{host}]"  # an IPv6 literal
+        if not url.is_default_port():
+            host = f"{host}:{url.port}"
+        self.host = host
+        self.plain: bytes | None = None
 
 
 class Pool:
@@ -151,13 +164,12 @@ class Pool:
         """How to reach ``url``'s origin ``key`` (decided once per origin)."""
         route = self._routes.get(key)
         if route is None:
-            https = url.scheme == "https"
             proxy = None
             proxy_url = self._proxies.get(url.scheme)
             host = url.raw_host or ""
             if proxy_url and not _bypass(host, self._proxies):
                 proxy = Proxy(proxy_url)
-            route = self._routes[key] = Route(proxy, https)
+            route = self._routes[key] = Route(proxy, url)
         return route
 
     # ---- taking and giving back
