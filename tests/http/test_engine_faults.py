@@ -63,6 +63,7 @@ SCRIPTS: dict[str, tuple[bytes, str]] = {
     "/stall-body": (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", "stall"),
     "/until-close": (b"HTTP/1.1 200 OK\r\n\r\nall of it", "close"),
     "/continue": (b"HTTP/1.1 100 Continue\r\n\r\n" + _ok(b"after 100"), "keep"),
+    "/no-content": (b"HTTP/1.1 204 No Content\r\n\r\n", "keep"),
     "/gzip": (_ok(gzip.compress(b"zipped" * 100), "Content-Encoding: gzip"), "keep"),
     "/deflate": (_ok(zlib.compress(b"deflated" * 100), "Content-Encoding: deflate"), "keep"),
     "/br": (_ok(brotli.compress(b"brotli" * 100), "Content-Encoding: br"), "keep"),
@@ -231,6 +232,18 @@ def test_reused_connection_closed_unanswered(
         finally:
             server.close()
             await server.wait_closed()
+
+    run(loop, main())
+
+
+def test_204_has_no_body_and_the_next_response_is_whole(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        async with serve() as (base, seen), Client(NO_RETRY) as client:
+            response = await client.request("GET", f"{base}/no-content")
+            assert (response.status, response.body) == (204, b"")
+            assert (await client.request("GET", f"{base}/ok")).body == b"fine"
+            assert len(seen) == 2
+        assert client.statistics().attempts == 2
 
     run(loop, main())
 
