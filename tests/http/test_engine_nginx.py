@@ -29,6 +29,7 @@ HEADERS = {"Accept-Encoding": "identity"}
 #: the requests served on this connection (keep-alive).
 LOCATIONS = """
         add_header X-Connection-Requests $connection_requests always;
+        add_header X-Connection $connection always;
         location = /moved { return 301 /text.txt; }
         location = /loop { return 302 /loop; }
         location /bin/ {
@@ -156,17 +157,34 @@ def test_redirects_are_followed_and_limited(loop: asyncio.AbstractEventLoop, ngi
 def test_many_concurrent_requests_stay_within_the_pool(
     loop: asyncio.AbstractEventLoop, nginx: Nginx
 ) -> None:
-    async def main() -> set[str]:
-        async with Client(ClientOptions(limit=4, limit_per_host=4)) as client:
+    async def main() -> list[tuple[str, str]]:
+        async with Client(ClientOptions(limit=10, limit_per_host=4)) as client:
 
-            async def one(i: int) -> str:
+            async def one(i: int) -> tuple[str, str]:
                 response = await client.request("GET", f"{nginx.url}/bin/{i}", headers=HEADERS)
                 assert response.body == BINARY
-                return response.headers["X-Connection-Requests"]
+                return response.headers["X-Connection"], response.headers["X-Connection-Requests"]
 
-            counts = await asyncio.gather(*(one(i) for i in range(200)))
-            return set(counts)
+            return await asyncio.gather(*(one(i) for i in range(200)))
 
-    counts = run(loop, main())
-    # 200 requests over at most 4 connections: some connection served 50 or more.
-    assert max(int(c) for c in counts) >= 50
+    seen = run(loop, main())
+    # 200 concurrent requests on at most 4 connections (nginx numbers them).
+    assert len({connection for connection, _ in seen}) <= 4
+    assert max(int(count) for _, count in seen) >= 50
+
+
+def test_idle_connections_close_after_the_keepalive_timeout(
+    loop: asyncio.AbstractEventLoop, nginx: Nginx
+) -> None:
+    async def main() -> list[str]:
+        options = ClientOptions(keepalive_timeout=0.2, limit_per_host=1)
+        async with Client(options) as client:
+            seen = []
+            for pause in (0.0, 0.05, 0.6):
+                await asyncio.sleep(pause)
+                response = await client.request("GET", f"{nginx.url}/bin/x", headers=HEADERS)
+                seen.append(response.headers["X-Connection-Requests"])
+            return seen
+
+    # Kept for a short pause, closed by the client after a long one: a new connection.
+    assert run(loop, main()) == ["1", "2", "1"]
