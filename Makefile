@@ -1,6 +1,7 @@
 # corun developer entry points. Every target creates/uses ./.venv on its own.
 #   make install   create .venv and install corun editable with dev extras, compiled
-#                  with mypyc (CORUN_PURE=1 make install: the pure-Python build)
+#                  with mypyc (CORUN_PURE=1 make install: the pure-Python build), and
+#                  the servers the tests start (nginx, from Debian, when missing)
 #   make test      full pytest suite (our tests + CPython asyncio conformance)
 #   make demo      corun demo: corun fetch against a local fault-injecting server
 #   make lint      ruff check, ruff format --check, mypy --strict src
@@ -12,9 +13,21 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.install-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install test test-pure conformance conformance-baseline demo bench lint clean
+.PHONY: install test test-pure conformance conformance-baseline demo bench lint clean nginx
 
-install: $(STAMP)
+install: $(STAMP) nginx
+
+# tests/http runs a real nginx (Debian's package) on a loopback port. Installed when
+# missing; when it cannot be, those tests fail and say so (they never skip).
+NGINX := /usr/sbin/nginx
+nginx:
+	@[ -x $(NGINX) ] || command -v nginx >/dev/null 2>&1 || { \
+		SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO="sudo -n"; \
+		echo "nginx: installing nginx (apt-get)"; \
+		{ $$SUDO apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			nginx >/dev/null; } || \
+		echo "nginx: could not install it; the nginx tests in tests/http will fail"; }
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)

@@ -1,41 +1,39 @@
-"""Throughput of ``corun fetch`` against a plain aiohttp-and-semaphore script.
+"""Client CPU per request of ``corun fetch`` and ``corun.http`` against a plain script.
 
-Three processes per measured run, so that none shares an interpreter (or a
-core's worth of Python) with another:
+All programs fetch the same input (``--requests`` distinct URLs, each a 1 KiB
+static file) from one **nginx** (Debian's, started on a loopback port with a
+configuration written into a temporary directory: ``corun.testing.Nginx``),
+at the same concurrency, each in its own process:
 
-* **the server**: an aiohttp ``web.Application`` with one handler returning
-  ``Hello, World!`` over keep-alive, on uvloop when it is installed (else the
-  stdlib loop), so that the server is not the bottleneck. It is started once
-  and serves every run (``serve`` below).
-* **the baseline** (``baseline`` below): what one writes without corun, on the
-  **stdlib loop**: ``asyncio.run`` over one ``aiohttp.ClientSession``
-  (``TCPConnector(limit=concurrency)``), one task per URL gated by
-  ``asyncio.Semaphore(concurrency)``, and one JSONL line per result written
-  as it comes. No retries, no breaker, no journal.
+* **the plain script** (``baseline`` below), what one writes without corun:
+  one ``aiohttp.ClientSession`` (``TCPConnector(limit=concurrency)``), one
+  task per URL gated by ``asyncio.Semaphore(concurrency)``, one JSONL line per
+  result written as it comes; no retries, no breaker, no journal. On the
+  **stdlib loop** for the comparison, and on corun's loop and uvloop as
+  reference rows (what a faster loop alone gives it).
+* **corun.http, bare** (``bare`` below): the same script on corun's loop with
+  ``corun.http.Client`` instead of aiohttp, every policy off (no retry,
+  breaker, budget or bulkhead): the engine's own cost.
 * **corun fetch**: ``python -m corun fetch INPUT --output OUT.jsonl
-  --concurrency C --per-host C --no-rate-limit --no-progress``, i.e. every
-  policy on but the per-host rate limit (total timeout, retry with budget,
-  breaker and bulkhead per host), the
-  SQLite journal, and the output written atomically at the end.
+  --concurrency C --per-host C --no-rate-limit --no-progress``: every policy
+  on but the per-host rate limit (total timeout, retry with budget, breaker
+  and bulkhead per host), the SQLite journal, and the output written
+  atomically at the end.
 
-Both fetch the same input file (``--requests`` distinct URLs on the one
-server) at the same concurrency. requests/s is requests divided by the
-run's own elapsed time (the baseline times itself from before its session
-opens to after its output is closed; ``corun fetch`` reports ``elapsed_s``
-in ``--summary-json``, which also covers writing the output). The process
-wall time, interpreter start-up included, is recorded as well. The two
-programs alternate (baseline, corun; corun, baseline; ...) for ``--repeat``
-repetitions and the medians are compared. Target: corun fetch at least 1.5x
-the baseline's requests/s.
-
-Reference rows (unless ``--no-reference``): the same plain script on corun's
-loop and on uvloop. They are not part of the target; they show how much a
-faster loop alone gives a program whose time is aiohttp's client.
+The measure is **client CPU per request**: the process's user + system CPU
+(``os.wait4``'s rusage of that child, interpreter start-up included) divided
+by the requests. nginx runs in its own processes, which are not counted.
+requests/s is the requests over the program's own elapsed time (the scripts
+time themselves from before the session opens to after the output is
+closed; ``corun fetch`` reports ``elapsed_s`` in ``--summary-json``). The
+programs rotate order between repetitions, and the medians are compared.
+Target: corun fetch's CPU per request at most 1/1.5 of the plain script's on
+the stdlib loop (a ratio of at least 1.5x).
 
 Run it from the repository root::
 
-    .venv/bin/python -m benchmarks.fetch_throughput            # 50,000 requests x 3
-    .venv/bin/python -m benchmarks.fetch_throughput --quick    # 2,000 requests x 1
+    .venv/bin/python -m benchmarks.fetch_throughput            # 30,000 requests x 3
+    .venv/bin/python -m benchmarks.fetch_throughput --quick    # 3,000 requests x 3
 
 It writes ``fetch_throughput.json`` and ``fetch_throughput.md`` into
 ``--out`` (default ``benchmarks/results/``). Exit status: 0 when every run
@@ -47,10 +45,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import functools
 import importlib.util
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -66,45 +64,39 @@ DEFAULT_OUT: Final = HERE / "results"
 TARGET: Final = 1.5
 # Loops the plain script also runs on, as reference rows (when installed).
 REFERENCE_LOOPS: Final = ("corun", "uvloop")
-BODY: Final = b"Hello, World!"
-SCHEMA_VERSION: Final = 1
+BODY_SIZE: Final = 1024
+SCHEMA_VERSION: Final = 2
+#: nginx answers every /item/N with the one static file, uncompressed.
+LOCATIONS: Final = """
+        location /item/ {
+            types { }
+            default_type application/octet-stream;
+            try_files /1k.bin =404;
+        }
+"""
+#: Row order and labels of the report.
+LABELS: Final = {
+    "baseline": "plain script: aiohttp + Semaphore, stdlib loop",
+    "baseline_corun": "plain script on corun's loop (reference)",
+    "baseline_uvloop": "plain script on uvloop (reference)",
+    "corun_http": "corun.http bare (no policies), corun's loop",
+    "corun": "corun fetch (policies on, journal, output)",
+}
 
 
-# --------------------------------------------------------------------------- the server
+# --------------------------------------------------------------------------- the scripts
 
 
-def serve() -> int:
-    """Serve ``Hello, World!`` on 127.0.0.1 (a free port, printed), until stdin closes."""
-    from aiohttp import web
+def _loop_factory(loop_name: str) -> Any:
+    if loop_name == "corun":
+        import corun
 
-    async def hello(request: web.Request) -> web.Response:
-        return web.Response(body=BODY, content_type="text/plain")
-
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", hello)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-        await site.start()
-        port = runner.addresses[0][1]
-        print(json.dumps({"port": port, "loop": loop_name}), flush=True)
-        # The parent closes our stdin to stop us.
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        await runner.cleanup()
-
-    try:
+        return corun.new_event_loop
+    if loop_name == "uvloop":
         import uvloop
 
-        loop_name = f"uvloop {uvloop.__version__}"
-        uvloop.run(main())
-    except ImportError:
-        loop_name = "asyncio"
-        asyncio.run(main())
-    return 0
-
-
-# --------------------------------------------------------------------------- the baseline
+        return uvloop.new_event_loop
+    return None  # the stdlib loop
 
 
 def baseline(
@@ -146,18 +138,48 @@ def baseline(
 
     # The stdlib loop, whatever the environment says, unless another is asked for.
     asyncio.set_event_loop_policy(None)
-    factory: Any = None
-    if loop_name == "corun":
-        import corun
-
-        factory = corun.new_event_loop
-    elif loop_name == "uvloop":
-        import uvloop
-
-        factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=_loop_factory(loop_name)) as runner:
         done, errors, elapsed = runner.run(main())
     print(json.dumps({"done": done, "errors": errors, "elapsed_s": elapsed, "loop": loop_name}))
+    return 0
+
+
+def bare(input_path: str, output_path: str, concurrency: int) -> int:
+    """The plain script with ``corun.http.Client`` (no policies) on corun's loop; prints JSON."""
+    import corun
+    from corun.http import Client, ClientOptions, HttpError
+
+    options = ClientOptions(
+        limit=concurrency, limit_per_host=concurrency, retry=None, budget=None, breaker=None
+    )
+
+    async def main() -> tuple[int, int, float]:
+        with open(input_path, encoding="utf-8") as stream:
+            urls = stream.read().splitlines()
+        started = time.perf_counter()
+        semaphore = asyncio.Semaphore(concurrency)
+        errors = 0
+        with open(output_path, "w", encoding="utf-8") as out:
+            async with Client(options) as client:
+
+                async def fetch(line: int, url: str) -> None:
+                    nonlocal errors
+                    record: dict[str, Any] = {"line": line, "url": url}
+                    async with semaphore:
+                        try:
+                            response = await client.request("GET", url)
+                            record["status"] = response.status
+                            record["body"] = response.body.decode("utf-8", "replace")
+                        except HttpError as exc:
+                            errors += 1
+                            record["error"] = repr(exc)
+                    out.write(json.dumps(record) + "\n")
+
+                await asyncio.gather(*(fetch(i, u) for i, u in enumerate(urls, 1)))
+        return len(urls), errors, time.perf_counter() - started
+
+    done, errors, elapsed = corun.run(main())
+    print(json.dumps({"done": done, "errors": errors, "elapsed_s": elapsed, "loop": "corun"}))
     return 0
 
 
@@ -167,12 +189,12 @@ def baseline(
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.fetch_throughput",
-        description="corun fetch vs a plain aiohttp + semaphore script on the stdlib loop.",
+        description="Client CPU per request: corun fetch and corun.http vs a plain aiohttp script.",
     )
-    p.add_argument("--requests", type=int, default=None, help="URLs per run (50000)")
+    p.add_argument("--requests", type=int, default=None, help="URLs per run (30000)")
     p.add_argument("--concurrency", type=int, default=64, help="requests in flight (64)")
-    p.add_argument("--repeat", type=int, default=None, help="repetitions (3; 1 with --quick)")
-    p.add_argument("--quick", action="store_true", help="2,000 requests, one repetition")
+    p.add_argument("--repeat", type=int, default=3, help="repetitions (3)")
+    p.add_argument("--quick", action="store_true", help="3,000 requests per run")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per run (600)")
     p.add_argument(
@@ -182,9 +204,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     if args.requests is None:
-        args.requests = 2_000 if args.quick else 50_000
-    if args.repeat is None:
-        args.repeat = 1 if args.quick else 3
+        args.requests = 3_000 if args.quick else 30_000
     if args.requests < 1 or args.concurrency < 1 or args.repeat < 1:
         p.error("--requests, --concurrency and --repeat must be at least 1")
     return args
@@ -193,37 +213,24 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env.pop("PYTHONASYNCIODEBUG", None)
-    env.pop("PYTHONTRACEMALLOC", None)
+    for name in ("PYTHONASYNCIODEBUG", "PYTHONTRACEMALLOC", "PYTHONDEVMODE"):
+        env.pop(name, None)
     return env
 
 
-def _start_server() -> tuple[subprocess.Popen[str], int, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.fetch_throughput", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        cwd=ROOT,
+def _compile_sources() -> None:
+    """Write the byte code of corun and of this package, as an installation has it.
+
+    Without it, a machine with ``PYTHONDONTWRITEBYTECODE`` set compiles every
+    corun module again in every run, which the CPU figures would count, while
+    the plain script's libraries come with their byte code from pip.
+    """
+    import corun
+
+    folders = [str(Path(corun.__file__).resolve().parent), str(HERE)]
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", *folders], check=True, stdout=subprocess.DEVNULL
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        proc.wait(10)
-        raise RuntimeError(f"the server did not start (exit {proc.returncode})")
-    info = json.loads(line)
-    return proc, int(info["port"]), str(info["loop"])
-
-
-def _stop_server(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdin is not None
-    proc.stdin.close()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 def _count_lines(path: str) -> int:
@@ -231,55 +238,88 @@ def _count_lines(path: str) -> int:
         return sum(1 for _ in stream)
 
 
-def _run(cmd: list[str], timeout: float) -> tuple[subprocess.CompletedProcess[str] | None, float]:
+def _run(cmd: list[str], workdir: str, timeout: float) -> dict[str, Any]:
+    """Run ``cmd``; its exit status, output, wall time and own CPU (``os.wait4``)."""
+    out_path = os.path.join(workdir, "stdout.txt")
+    err_path = os.path.join(workdir, "stderr.txt")
     started = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return None, time.perf_counter() - started
-    return proc, time.perf_counter() - started
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=_env(), cwd=ROOT)
+        deadline = started + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                _, status, usage = os.wait4(proc.pid, 0)
+                proc.returncode = -9
+                return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
+            time.sleep(0.01)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    with open(out_path, encoding="utf-8", errors="replace") as stream:
+        stdout = stream.read()
+    with open(err_path, encoding="utf-8", errors="replace") as stream:
+        stderr = stream.read()
+    if proc.returncode != 0:
+        tail = (stderr or stdout).strip().splitlines()[-3:]
+        return {"ok": False, "error": f"exit {proc.returncode}: {' | '.join(tail)}"}
+    return {
+        "ok": True,
+        "stdout": stdout,
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "user_s": usage.ru_utime,
+        "sys_s": usage.ru_stime,
+    }
 
 
-def _failure(proc: subprocess.CompletedProcess[str] | None, timeout: float) -> dict[str, Any]:
-    if proc is None:
-        return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-    return {"ok": False, "error": f"exit {proc.returncode}: {' | '.join(tail)}"}
+def _measured(
+    run: dict[str, Any], output: str, elapsed: float, errors: int, requests: int
+) -> dict[str, Any]:
+    lines = _count_lines(output)
+    ok = lines == requests and errors == 0
+    return {
+        "ok": ok,
+        "error": None if ok else f"{lines} output lines, {errors} errors",
+        "elapsed_s": elapsed,
+        "wall_s": run["wall_s"],
+        "cpu_s": run["cpu_s"],
+        "user_s": run["user_s"],
+        "sys_s": run["sys_s"],
+        "cpu_us_per_request": run["cpu_s"] / requests * 1e6,
+        "errors": errors,
+        "output_lines": lines,
+        "rps": requests / elapsed,
+    }
+
+
+def _run_script(
+    kind: str, input_path: str, workdir: str, args: argparse.Namespace, *extra: str
+) -> dict[str, Any]:
+    """One run of a script (``baseline`` or ``bare``) in its own process; its measurements."""
+    output = os.path.join(workdir, f"{kind}.jsonl")
+    cmd = [sys.executable, "-m", "benchmarks.fetch_throughput", kind, input_path, output]
+    run = _run([*cmd, str(args.concurrency), *extra], workdir, args.timeout)
+    if not run["ok"]:
+        return run
+    result = json.loads(run["stdout"].strip().splitlines()[-1])
+    measured = _measured(run, output, result["elapsed_s"], result["errors"], args.requests)
+    os.unlink(output)
+    return measured
 
 
 def run_baseline(
     input_path: str, workdir: str, args: argparse.Namespace, loop_name: str = "asyncio"
 ) -> dict[str, Any]:
-    """One run of the plain script on ``loop_name``, in its own process; its measurements."""
-    output = os.path.join(workdir, "baseline.jsonl")
-    cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.fetch_throughput",
-        "baseline",
-        input_path,
-        output,
-        str(args.concurrency),
-        loop_name,
-    ]
-    proc, wall = _run(cmd, args.timeout)
-    if proc is None or proc.returncode != 0:
-        return _failure(proc, args.timeout)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    lines = _count_lines(output)
-    os.unlink(output)
-    return {
-        "ok": lines == args.requests,
-        "error": None if lines == args.requests else f"{lines} output lines",
-        "elapsed_s": result["elapsed_s"],
-        "wall_s": wall,
-        "errors": result["errors"],
-        "output_lines": lines,
-        "rps": args.requests / result["elapsed_s"],
-        "rps_wall": args.requests / wall,
-    }
+    """The plain script on ``loop_name``."""
+    return _run_script("baseline", input_path, workdir, args, loop_name)
+
+
+def run_bare(input_path: str, workdir: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The plain script on ``corun.http``."""
+    return _run_script("bare", input_path, workdir, args)
 
 
 def run_corun(input_path: str, workdir: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -304,27 +344,19 @@ def run_corun(input_path: str, workdir: str, args: argparse.Namespace) -> dict[s
         "--summary-json",
         summary_path,
     ]
-    proc, wall = _run(cmd, args.timeout)
-    if proc is None or proc.returncode != 0:
-        return _failure(proc, args.timeout)
+    run = _run(cmd, workdir, args.timeout)
+    if not run["ok"]:
+        return run
     with open(summary_path, encoding="utf-8") as stream:
         summary = json.load(stream)
-    lines = _count_lines(output)
+    measured = _measured(
+        run, output, summary["elapsed_s"], sum(summary["by_error"].values()), args.requests
+    )
     for path in (output, output + ".journal", summary_path):
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(path + suffix):
                 os.unlink(path + suffix)
-    errors = sum(summary["by_error"].values())
-    return {
-        "ok": lines == args.requests,
-        "error": None if lines == args.requests else f"{lines} output lines",
-        "elapsed_s": summary["elapsed_s"],
-        "wall_s": wall,
-        "errors": errors,
-        "output_lines": lines,
-        "rps": args.requests / summary["elapsed_s"],
-        "rps_wall": args.requests / wall,
-    }
+    return measured
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -345,6 +377,13 @@ def _corun_build() -> str:
     return f"corun {version}, {kind}"
 
 
+def _nginx_version() -> str:
+    from corun.testing.nginx import find_nginx
+
+    proc = subprocess.run([find_nginx(), "-v"], capture_output=True, text=True, check=False)
+    return (proc.stderr or proc.stdout).strip().removeprefix("nginx version: ")
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The report as Markdown."""
     m = doc["machine"]
@@ -354,44 +393,36 @@ def markdown(doc: dict[str, Any]) -> str:
     def num(value: float | None, fmt: str = ",.0f") -> str:
         return "-" if value is None else format(value, fmt)
 
-    ratio = doc["ratio"]
+    ratio = doc["cpu_ratio"]
     met = "—" if ratio is None else ("yes" if ratio >= TARGET else "**no**")
+    base_cpu = med["baseline"]["cpu_us_per_request"]
     lines = [
         f"Date: {doc['date']}. Machine: {m['cpu']}, {m['cores']} cores, {m['kernel']}, "
         f"CPython {m['python']}. {doc['corun_build']}.",
         "",
-        f"{s['requests']:,} requests per run to one local aiohttp server ({doc['server_loop']}, "
-        f"its own process), concurrency {s['concurrency']}, {s['repeat']} repetition(s), "
-        "programs alternating; medians.",
+        f"{s['requests']:,} GETs of {BODY_SIZE} B per run from one local nginx "
+        f"({doc['server']}, its own processes), concurrency {s['concurrency']}, "
+        f"{s['repeat']} repetition(s), programs rotating; medians. CPU is the client process's "
+        "user + system time (rusage), start-up included, per request.",
         "",
-        "| program | requests/s | elapsed (s) | wall incl. start-up (s) | requests/s (wall) |",
+        "| program | CPU per request (µs) | vs the plain script (CPU) | requests/s | elapsed (s) |",
         "|---|--:|--:|--:|--:|",
-        f"| corun fetch (policies on, journal, output) | {num(med['corun']['rps'])} | "
-        f"{num(med['corun']['elapsed_s'], '.2f')} | {num(med['corun']['wall_s'], '.2f')} | "
-        f"{num(med['corun']['rps_wall'])} |",
-        f"| aiohttp + Semaphore, stdlib loop | {num(med['baseline']['rps'])} | "
-        f"{num(med['baseline']['elapsed_s'], '.2f')} | {num(med['baseline']['wall_s'], '.2f')} | "
-        f"{num(med['baseline']['rps_wall'])} |",
-        "",
-        f"Ratio corun fetch / baseline (requests/s): **{num(ratio, '.2f')}x** "
-        f"(wall: {num(doc['ratio_wall'], '.2f')}x). Target ≥ {TARGET}x: {met}.",
     ]
-    references = doc.get("reference_ratios") or {}
-    if references:
-        lines += [
-            "",
-            "The same plain script on a faster loop (reference rows, not part of the target): "
-            "what the loop alone is worth to a program whose time is aiohttp's client.",
-            "",
-            "| program | requests/s | elapsed (s) | vs the stdlib loop |",
-            "|---|--:|--:|--:|",
-        ]
-        for name, value in references.items():
-            loop_label = name.removeprefix("baseline_")
-            lines.append(
-                f"| aiohttp + Semaphore, {loop_label} | {num(med[name]['rps'])} | "
-                f"{num(med[name]['elapsed_s'], '.2f')} | {value:.2f}x |"
-            )
+    for name, label in LABELS.items():
+        if name not in med:
+            continue
+        cpu = med[name]["cpu_us_per_request"]
+        versus = f"{base_cpu / cpu:.2f}x" if cpu and base_cpu else "-"
+        lines.append(
+            f"| {label} | {num(cpu, '.0f')} | {versus} | {num(med[name]['rps'])} | "
+            f"{num(med[name]['elapsed_s'], '.2f')} |"
+        )
+    lines += [
+        "",
+        f"corun fetch's CPU per request is **1/{num(ratio, '.2f')}** of the plain script's "
+        f"(requests/s: {num(doc['rps_ratio'], '.2f')}x). Target ≤ 1/{TARGET}: {met}. "
+        "Ratios > 1 mean corun costs less CPU per request.",
+    ]
     failures = [
         f"- {name} run {i + 1}: {r['error']}"
         for name in doc["runs"]
@@ -406,55 +437,63 @@ def markdown(doc: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the comparison; write ``fetch_throughput.json`` and ``.md``; 0 when all runs passed."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["serve"]:
-        return serve()
     if argv[:1] == ["baseline"]:
         return baseline(argv[1], argv[2], int(argv[3]), *argv[4:5])
+    if argv[:1] == ["bare"]:
+        return bare(argv[1], argv[2], int(argv[3]))
     args = _parse_args(argv)
+    # On SIGTERM, unwind, so that nginx and the temporary directory go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from benchmarks.report import machine_info
+    from corun.testing.nginx import Nginx
 
     load_start = os.getloadavg()[0]
     programs: list[tuple[str, Callable[..., dict[str, Any]]]] = [
         ("baseline", run_baseline),
+        ("corun_http", run_bare),
         ("corun", run_corun),
     ]
     if not args.no_reference:
-        # The same plain script on a faster loop: what the loop alone is worth.
         for name in REFERENCE_LOOPS:
             if importlib.util.find_spec(name) is not None:
-                programs.append(
-                    (f"baseline_{name}", functools.partial(run_baseline, loop_name=name))
-                )
+
+                def reference(*a: Any, _loop: str = name) -> dict[str, Any]:
+                    return run_baseline(*a, loop_name=_loop)
+
+                programs.append((f"baseline_{name}", reference))
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in programs}
-    server, port, server_loop = _start_server()
-    try:
-        with tempfile.TemporaryDirectory(prefix="corun-fetch-bench-") as workdir:
+    _compile_sources()
+    with tempfile.TemporaryDirectory(prefix="corun-fetch-bench-") as workdir:
+        www = Path(workdir, "www")
+        www.mkdir()
+        (www / "1k.bin").write_bytes(b"x" * BODY_SIZE)
+        with Nginx(Path(workdir, "nginx"), root=www, locations=LOCATIONS) as server:
             input_path = os.path.join(workdir, "urls.txt")
             with open(input_path, "w", encoding="utf-8") as stream:
                 for i in range(args.requests):
-                    stream.write(f"http://127.0.0.1:{port}/item/{i}\n")
+                    stream.write(f"{server.url}/item/{i}\n")
             for rep in range(args.repeat):
-                order = programs if rep % 2 == 0 else programs[::-1]
-                for name, fn in order:
+                shift = rep % len(programs)
+                for name, fn in programs[shift:] + programs[:shift]:
                     result = fn(input_path, workdir, args)
                     runs[name].append(result)
                     shown = (
-                        f"{result['rps']:,.0f} req/s ({result['elapsed_s']:.2f} s)"
+                        f"{result['cpu_us_per_request']:.0f} us CPU/request, "
+                        f"{result['rps']:,.0f} req/s"
                         if result.get("ok")
                         else f"FAILED: {result['error']}"
                     )
                     print(f"[rep {rep + 1}] {name}: {shown}", file=sys.stderr, flush=True)
-    finally:
-        _stop_server(server)
-    medians = {
-        name: {k: _median(rs, k) for k in ("rps", "elapsed_s", "wall_s", "rps_wall")}
-        for name, rs in runs.items()
-    }
+    keys = ("cpu_us_per_request", "rps", "elapsed_s", "wall_s", "user_s", "sys_s")
+    medians = {name: {k: _median(rs, k) for k in keys} for name, rs in runs.items()}
 
-    def ratio(key: str) -> float | None:
+    def ratio(key: str, invert: bool) -> float | None:
         a, b = medians["corun"][key], medians["baseline"][key]
-        return a / b if a and b else None
+        if not a or not b:
+            return None
+        return b / a if invert else a / b
 
+    cpu_ratio = ratio("cpu_us_per_request", True)
     doc: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "benchmark": "fetch",
@@ -465,7 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "loadavg_end": os.getloadavg()[0],
         },
         "corun_build": _corun_build(),
-        "server_loop": server_loop,
+        "server": f"nginx {_nginx_version()}",
         "settings": {
             "requests": args.requests,
             "concurrency": args.concurrency,
@@ -475,14 +514,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runs": runs,
         "medians": medians,
         "reference_ratios": {
-            name: medians[name]["rps"] / medians["baseline"]["rps"]
+            name: medians["baseline"]["cpu_us_per_request"] / medians[name]["cpu_us_per_request"]
             for name in runs
-            if name.startswith("baseline_") and medians[name]["rps"] and medians["baseline"]["rps"]
+            if name.startswith("baseline_")
+            and medians[name]["cpu_us_per_request"]
+            and medians["baseline"]["cpu_us_per_request"]
         },
-        "ratio": ratio("rps"),
-        "ratio_wall": ratio("rps_wall"),
+        "cpu_ratio": cpu_ratio,
+        "rps_ratio": ratio("rps", False),
         "target": TARGET,
-        "target_met": (ratio("rps") or 0.0) >= TARGET,
+        "target_met": (cpu_ratio or 0.0) >= TARGET,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fetch_throughput.json").write_text(json.dumps(doc, indent=2) + "\n")

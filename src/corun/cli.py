@@ -22,7 +22,7 @@ from corun.observe import commands as observe_commands
 from corun.runtime.runner import install
 
 
-def _build_parser(*, with_fetch: bool = True) -> argparse.ArgumentParser:
+def _build_parser(*, with_fetch: bool = True, with_demo: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="corun", description="corun: an asyncio-compatible coroutine runtime."
     )
@@ -44,9 +44,12 @@ def _build_parser(*, with_fetch: bool = True) -> argparse.ArgumentParser:
         # Imports aiohttp and rich: only when fetch, demo (or the help) is asked for,
         # so `corun run script.py` starts without them.
         from corun.fetch import cli as fetch_cli
-        from corun.fetch import demo
 
         fetch_cli.add_parser(commands)
+    if with_demo:
+        # The demo's server is aiohttp's: `corun fetch` starts without it.
+        from corun.fetch import demo
+
         demo.add_parser(commands)
     observe_commands.add_parsers(commands)
     return parser
@@ -85,7 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``corun`` console script; returns the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = arguments[0] if arguments else ""
-    parser = _build_parser(with_fetch=command in ("", "fetch", "demo", "-h", "--help"))
+    parser = _build_parser(
+        with_fetch=command in ("", "fetch", "demo", "-h", "--help"),
+        with_demo=command in ("", "demo", "-h", "--help"),
+    )
     args = parser.parse_args(arguments)
     if args.command == "run":
         return _run(args.module, args.target, observe=args.observe)

@@ -29,6 +29,8 @@ def test_quick_fetch_benchmark(tmp_path: Path) -> None:
             "--quick",
             "--requests",
             "300",
+            "--repeat",
+            "1",
             "--out",
             str(tmp_path),
         ],
@@ -42,14 +44,16 @@ def test_quick_fetch_benchmark(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "fetch_throughput.json").read_text())
     assert doc["benchmark"] == "fetch"
     assert doc["settings"]["requests"] == 300
-    # The comparison, and the reference rows: the plain script on corun's loop
-    # (and on uvloop when it is installed).
-    assert {"corun", "baseline", "baseline_corun"} <= set(doc["runs"])
+    assert doc["server"].startswith("nginx")
+    # The comparison, corun.http bare, and the reference rows: the plain script
+    # on corun's loop (and on uvloop when it is installed).
+    assert {"corun", "corun_http", "baseline", "baseline_corun"} <= set(doc["runs"])
     for name in doc["runs"]:
         [run] = doc["runs"][name]
         assert run["ok"] and run["output_lines"] == 300 and run["errors"] == 0
         assert doc["medians"][name]["rps"] > 0
-    assert doc["ratio"] > 0
+        assert doc["medians"][name]["cpu_us_per_request"] > 0
+    assert doc["cpu_ratio"] > 0 and doc["rps_ratio"] > 0
     assert set(doc["reference_ratios"]) == {n for n in doc["runs"] if n.startswith("baseline_")}
     md = (tmp_path / "fetch_throughput.md").read_text()
-    assert "requests/s" in md and "The same plain script on a faster loop" in md
+    assert "CPU per request" in md and "corun.http bare" in md

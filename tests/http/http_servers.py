@@ -65,6 +65,12 @@ def make_app(faults: Faults) -> web.Application:
             return web.Response(text="landed")
         raise web.HTTPFound(f"/redirect/{n - 1}")
 
+    async def redirect_to(request: web.Request) -> web.Response:
+        raise web.HTTPFound(request.query["url"])
+
+    async def authorization(request: web.Request) -> web.Response:
+        return web.Response(text=request.headers.get("Authorization", "none"))
+
     async def binary(request: web.Request) -> web.Response:
         return web.Response(body=bytes(range(256)))
 
@@ -80,6 +86,8 @@ def make_app(faults: Faults) -> web.Application:
     app.router.add_get("/big", big)
     app.router.add_get("/big-stream", big_stream)
     app.router.add_get("/redirect/{n}", redirect)
+    app.router.add_get("/redirect-to", redirect_to)
+    app.router.add_get("/authorization", authorization)
     app.router.add_get("/binary", binary)
     app.router.add_get("/down", down)
     return app

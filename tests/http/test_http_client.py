@@ -268,3 +268,20 @@ def test_metrics_time_the_total_and_the_retry_and_count_the_host_policies(
             assert set(metrics.latency) == {"total"}  # the retry ended rejected: no latency
 
     run(loop, main())
+
+
+def test_redirects_drop_authorization_across_origins(loop: asyncio.AbstractEventLoop) -> None:
+    async def main() -> None:
+        auth = {"Authorization": "Bearer secret"}
+        async with serve() as one, serve() as other, Client() as client:
+            same = await client.request(
+                "GET", f"{one}/redirect-to?url={one}/authorization", headers=auth
+            )
+            assert same.text() == "Bearer secret"
+            # Another port is another origin: the credentials stay behind.
+            moved = await client.request(
+                "GET", f"{one}/redirect-to?url={other}/authorization", headers=auth
+            )
+            assert (moved.text(), moved.url) == ("none", f"{other}/authorization")
+
+    run(loop, main())

@@ -9,11 +9,9 @@ large enough to need several TLS records and flow control.
 from __future__ import annotations
 
 import os
-import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,8 @@ trustme = pytest.importorskip("trustme")
 pytest.importorskip("proxy")
 from aiohttp import web  # noqa: E402
 from netkit import HOST, free_port, run  # noqa: E402
+
+from corun.testing.servers import wait_listening  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,15 +67,8 @@ def https_proxy(ca: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
         cwd=folder,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection((HOST, port), timeout=0.2).close()
-                break
-            except OSError:
-                if proxy.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("proxy.py did not start") from None
-                time.sleep(0.05)
+        if not wait_listening(HOST, port, proxy):
+            raise RuntimeError("proxy.py did not start")
         yield f"https://{HOST}:{port}"
     finally:
         proxy.terminate()

@@ -1,4 +1,4 @@
-"""corun.http: a resilient HTTP client on aiohttp, configured by one ``ClientOptions``.
+"""corun.http: a resilient HTTP client on its own keep-alive pool, configured by one ``ClientOptions``.
 
 See docs/http.md.
 """
@@ -8,6 +8,7 @@ from corun.http.errors import (
     BodyTooLarge,
     ConnectError,
     HttpError,
+    InvalidRequest,
     InvalidURL,
     ProtocolError,
     RejectedError,
@@ -33,6 +34,7 @@ __all__ = [
     "ClientStatistics",
     "ConnectError",
     "HttpError",
+    "InvalidRequest",
     "InvalidURL",
     "ProtocolError",
     "RejectedError",

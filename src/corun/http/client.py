@@ -1,17 +1,19 @@
-"""``Client``: a resilient HTTP client on ``aiohttp.ClientSession``.
+"""``Client``: a resilient HTTP client on corun's own keep-alive pool.
 
 One call of ``Client.request`` runs through a ``corun.resilience.Pipeline``
 of these policies, outermost first (the order ``docs/resilience.md``
 recommends), linked once when the client is made::
 
     total timeout ─▶ retry (+ budget) ─▶ rate limiter[host] ─▶ breaker[host]
-                  ─▶ bulkhead[host] ─▶ one aiohttp request (connect/read timeouts,
-                                        redirects, body cap)
+                  ─▶ bulkhead[host] ─▶ one attempt (``_attempt``: a pooled
+                                        connection, redirects, body cap)
 
-* The innermost attempt turns aiohttp's exceptions into ``corun.http``'s
-  (by one table, ``_ERRORS``): ``ConnectError``, ``TLSError``, ``RequestTimeout``, ``BodyTooLarge``,
-  ``TooManyRedirects``, ``ProtocolError``, so every policy above sees one
-  vocabulary: the retry policy retries ``ConnectError`` (not ``TLSError``: a
+* The innermost attempt takes a connection from the ``Pool`` (pool.py),
+  sends on it and awaits its ``Reply`` (connection.py: httptools). The
+  engine's failures come as ``WireError`` and become ``corun.http``'s
+  errors there: ``ConnectError``, ``TLSError``, ``RequestTimeout``,
+  ``BodyTooLarge``, ``TooManyRedirects``, ``ProtocolError``, so every policy
+  above sees one vocabulary: the retry policy retries ``ConnectError`` (not ``TLSError``: a
   bad certificate does not get better) and ``RequestTimeout``, and the
   breaker counts those and 5xx responses as failures of the host.
 * Responses with status 429, 502, 503 or 504 are retried, waiting what
@@ -21,7 +23,13 @@ recommends), linked once when the client is made::
 * Only idempotent methods are retried unless ``retry_non_idempotent`` (or
   ``request(..., idempotent=True)``) says otherwise.
 * A policy refusal (``BreakerOpen``, ``RateLimited``, ``BulkheadFull``)
-  becomes ``RejectedError``; the total timeout becomes ``RequestTimeout``.
+  becomes ``RejectedError``; the total timeout becomes ``RequestTimeout``
+  (one table, ``_ERRORS``).
+* A request whose reused keep-alive connection turns out closed before a
+  byte of the response came is sent once more at once, on another
+  connection, when it may be retried (RFC 9112 section 9.3.1): the server
+  closed an idle connection as the request went out. It counts as an
+  attempt, not as a retry of the policy.
 
 Keys: the breaker, the rate limiter and the bulkhead are keyed by
 ``host:port`` (``host_key``), so two servers on one machine are two hosts.
@@ -29,6 +37,8 @@ Keys: the breaker, the rate limiter and the bulkhead are keyed by
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import dataclasses
 import re
 import ssl
@@ -38,11 +48,12 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, TypeVar, final
 
-import aiohttp
 from yarl import URL
 
 from corun.http import errors
+from corun.http.connection import ACCEPT_ENCODING, Reply, WireError
 from corun.http.options import IDEMPOTENT_METHODS, RETRY_STATUSES, ClientOptions
+from corun.http.pool import Pool, Route, proxies_from_environment
 from corun.resilience import (
     Breaker,
     BreakerOpen,
@@ -72,7 +83,12 @@ from corun.resilience import (
 )
 
 SCHEMES: Final = frozenset({"http", "https"})
-_CHUNK: Final = 64 * 1024
+#: Statuses whose ``Location`` is followed.
+REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
+#: Methods that carry a body, so that an empty one is announced (some servers want a length).
+_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
+#: Request header names refused from callers: the client frames the request itself.
+_FRAMING: Final = frozenset({"content-length", "transfer-encoding", "host", "connection"})
 #: Idle per-host bulkheads kept at most; busy ones are never dropped.
 _MAX_BULKHEADS: Final = 10_000
 #: The retry policy's default ``retry_on``, which the client replaces.
@@ -80,6 +96,10 @@ _DEFAULT_RETRY_ON: Final = RetryOptions().retry_on
 _DEFAULT_FAILURE_ON: Final = BreakerOptions().failure_on
 #: Whitespace and control characters (all of them are <= 0x20), refused in a URL.
 _BAD_URL_CHARS: Final = re.compile(r"[\x00-\x20]")
+#: A method is an RFC 9110 token: nothing that could end the request line early.
+_METHOD: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Z]+")
+#: Characters that would end a header line early (request smuggling), refused in headers.
+_BAD_HEADER_CHARS: Final = re.compile(r"[\r\n\x00]")
 
 T = TypeVar("T")
 
@@ -186,9 +206,25 @@ E = TypeVar("E", bound=errors.HttpError)
 
 @final
 class _Call:
-    """One call's request and its attempt count (shared by its attempts)."""
+    """One call's request and its attempt count (shared by its attempts).
 
-    __slots__ = ("attempts", "body", "headers", "host", "method", "raw_url", "url")
+    ``data`` is the request as sent to the first URL, built once for every
+    attempt; a redirect builds the next hop's.
+    """
+
+    __slots__ = (
+        "attempts",
+        "body",
+        "data",
+        "deadline",
+        "headers",
+        "host",
+        "method",
+        "origin",
+        "raw_url",
+        "retryable",
+        "url",
+    )
 
     def __init__(
         self,
@@ -196,15 +232,22 @@ class _Call:
         raw_url: str,
         url: URL,
         headers: Mapping[str, str] | None,
-        body: bytes | str | None,
+        body: bytes | None,
+        retryable: bool,
     ) -> None:
         self.method = method
         self.raw_url = raw_url
         self.url = url
         self.host = host_key(url)
+        self.origin = f"{url.scheme}://{self.host}"
         self.headers = headers
         self.body = body
+        self.retryable = retryable
         self.attempts = 0
+        self.data = b""
+        #: The loop time the call must end by, when the engine keeps the total
+        #: timeout (no retry, no host policies); 0.0 when the pipeline does.
+        self.deadline = 0.0
 
     def error(self, cls: type[E], detail: str, **extra: Any) -> E:
         """A ``cls`` error about this call: ``"METHOD URL: detail"``, with its context."""
@@ -217,20 +260,73 @@ class _Call:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Reply:
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-    url: str
+def _request_bytes(
+    method: str,
+    url: URL,
+    route: Route,
+    headers: Mapping[str, str] | None,
+    body: bytes | None,
+    user_agent: str,
+) -> bytes:
+    """The request as it goes on the wire: the head, then the body.
+
+    Raises:
+        InvalidRequest: a header that cannot be sent as it is.
+    """
+    host = route.host
+    target = url.raw_path_qs
+    if route.absolute_form:  # to a proxy: the whole URL, without user info or fragment
+        target = f"{url.scheme}://{host}{target}"
+    line = f"{method} {target} HTTP/1.1\r\n"
+    plain = not headers and body is None and method not in _BODY_METHODS
+    if plain and url.raw_user is None and route.plain is not None:
+        # The common request: the header block is the origin's, made once.
+        try:
+            return line.encode("latin-1") + route.plain
+        except UnicodeEncodeError as exc:
+            raise errors.InvalidRequest(f"the request line is not Latin-1: {exc}") from exc
+    lines = [line, f"Host: {host}\r\n"]
+    given: set[str] = set()
+    if headers:
+        for name, value in headers.items():
+            lower = name.lower()
+            if lower in _FRAMING:
+                continue
+            if _BAD_HEADER_CHARS.search(name) or _BAD_HEADER_CHARS.search(value) or ":" in name:
+                raise errors.InvalidRequest(f"invalid header {name!r}: {value!r}")
+            given.add(lower)
+            lines.append(f"{name}: {value}\r\n")
+    if "user-agent" not in given:
+        lines.append(f"User-Agent: {user_agent}\r\n")
+    if "accept-encoding" not in given:
+        lines.append(f"Accept-Encoding: {ACCEPT_ENCODING}\r\n")
+    if "accept" not in given:
+        lines.append("Accept: */*\r\n")
+    if "authorization" not in given and url.raw_user is not None:
+        basic = f"{url.user or ''}:{url.password or ''}".encode()
+        lines.append(f"Authorization: Basic {base64.b64encode(basic).decode('ascii')}\r\n")
+    if route.proxy_auth is not None:
+        lines.append(f"Proxy-Authorization: {route.proxy_auth}\r\n")
+    if body is not None:
+        lines.append(f"Content-Length: {len(body)}\r\n")
+    elif method in _BODY_METHODS:
+        lines.append("Content-Length: 0\r\n")
+    lines.append("\r\n")
+    try:
+        head = "".join(lines).encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise errors.InvalidRequest(f"a header is not Latin-1: {exc}") from exc
+    if plain and url.raw_user is None:
+        route.plain = head[len(line) :]  # Latin-1: one byte per character
+    return head + body if body else head
 
 
 def _is_retry_status(reply: object) -> bool:
-    return isinstance(reply, _Reply) and reply.status in RETRY_STATUSES
+    return isinstance(reply, Reply) and reply.status in RETRY_STATUSES
 
 
 def _is_server_failure(reply: object) -> bool:
-    return isinstance(reply, _Reply) and reply.status >= 500
+    return isinstance(reply, Reply) and reply.status >= 500
 
 
 def _reason(exc: BaseException) -> str:
@@ -242,23 +338,14 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-#: aiohttp >= 3.10 has ConnectionTimeoutError; older ones raise
-#: ServerTimeoutError for both, so those are reported as read timeouts.
-_CONNECT_TIMEOUTS: Final[tuple[type[BaseException], ...]] = tuple(
-    kind
-    for kind in (getattr(aiohttp, "ConnectionTimeoutError", None),)
-    if isinstance(kind, type) and issubclass(kind, BaseException)
-)
-
 #: How the detail of an error message is worded, from the exception raised.
 _Detail: TypeAlias = Callable[[BaseException, _Call, ClientOptions], str]
 
-#: What an exception raised under a request becomes (as httpcore's
+#: What an exception raised under a call becomes (as httpcore's
 #: ``map_exceptions``): the first row whose types match wins, so the order
-#: matters (``ClientSSLError`` is a ``ClientConnectionError``, ``ssl.SSLError``
-#: an ``OSError``, and aiohttp's timeouts are connection errors too).
-#: Applied to each attempt, so that the policies see corun.http's errors, and
-#: to the whole call, for the refusals and the total timeout around it.
+#: matters (``ssl.SSLError`` is an ``OSError``). The engine's own failures
+#: (``WireError``) are turned into errors by ``_attempt``, which knows the
+#: call; this table is for the refusals and the total timeout around it.
 _ERRORS: Final[
     tuple[tuple[tuple[type[BaseException], ...], type[errors.HttpError], _Detail], ...]
 ] = (
@@ -272,39 +359,19 @@ _ERRORS: Final[
     ),
     ((CallRejected,), errors.RejectedError, lambda exc, call, options: str(exc)),
     (
-        (aiohttp.TooManyRedirects,),
-        errors.TooManyRedirects,
-        lambda exc, call, options: f"more than {options.max_redirects} redirects",
-    ),
-    (
-        _CONNECT_TIMEOUTS,
-        errors.RequestTimeout,
-        lambda exc, call, options: f"connect timeout of {options.connect_timeout:g} s",
-    ),
-    (
         (TimeoutError,),
         errors.RequestTimeout,
-        lambda exc, call, options: f"read timeout of {options.read_timeout:g} s",
+        lambda exc, call, options: f"timeout: {_reason(exc)}",
     ),
     (
-        (aiohttp.ClientSSLError, ssl.SSLError),
+        (ssl.SSLError,),
         errors.TLSError,
         lambda exc, call, options: f"TLS failed: {_reason(exc)}",
     ),
     (
-        (aiohttp.InvalidURL,),
-        errors.InvalidURL,
-        lambda exc, call, options: f"invalid URL: {_reason(exc)}",
-    ),
-    (
-        (aiohttp.ClientConnectionError, OSError),
+        (OSError,),
         errors.ConnectError,
         lambda exc, call, options: f"connection failed: {_reason(exc)}",
-    ),
-    (
-        (aiohttp.ClientError,),
-        errors.ProtocolError,
-        lambda exc, call, options: f"bad response: {_reason(exc)}",
     ),
 )
 
@@ -402,7 +469,8 @@ class Client:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._metrics = Metrics()
         listeners = [self._metrics, *listeners]
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
+        self._now: Callable[[], float] = self.clock.now
         self._closed = False
         self._requests = 0
         self._in_flight = 0
@@ -463,6 +531,10 @@ class Client:
         self._retried = self._once
         if self._retry is not None:
             self._retried = Pipeline(total, self._retry, *inner, name="request")
+        # With no retry and no host policy, the total timeout is all the
+        # pipeline would do: the engine keeps it instead (the pool's watchdog,
+        # see pool.py), so such a call is one coroutine awaiting one future.
+        self._direct = self._retry is None and not host_policies
 
     def _retry_options(self, retry: RetryOptions) -> RetryOptions:
         changes: dict[str, Any] = {}
@@ -481,7 +553,7 @@ class Client:
         )
 
     def _server_delay(self, outcome: object) -> float | None:
-        if isinstance(outcome, _Reply) and outcome.status in RETRY_STATUSES:
+        if isinstance(outcome, Reply) and outcome.status in RETRY_STATUSES:
             wall = getattr(self.clock, "wall", None)
             now = wall() if callable(wall) else time.time()
             return retry_after_delay(outcome.headers, float(now))
@@ -490,30 +562,17 @@ class Client:
     # ---- lifecycle
 
     async def __aenter__(self) -> Client:
-        if self._session is not None or self._closed:
+        if self._pool is not None or self._closed:
             raise RuntimeError("a Client can be entered only once")
         options = self.options
-        ssl_arg: ssl.SSLContext | bool
-        if options.ssl_context is not None:
-            ssl_arg = options.ssl_context
-        else:
-            ssl_arg = bool(options.verify_tls)
-        connector = aiohttp.TCPConnector(
-            limit=options.limit,
-            limit_per_host=options.limit_per_host,
-            keepalive_timeout=options.keepalive_timeout,
-            ssl=ssl_arg,
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(
-                total=None,
-                sock_connect=options.connect_timeout,
-                sock_read=options.read_timeout,
-            ),
-            headers={"User-Agent": options.user_agent},
-            raise_for_status=False,
-        )
+        # The loop is read here, once: every request, connection and timer of
+        # this client runs on it.
+        loop = asyncio.get_running_loop()
+        proxies = proxies_from_environment() if options.trust_env else {}
+        self._pool = Pool(loop, options, proxies)
+        if type(self.clock) is SystemClock:
+            # The same clock without a loop look-up per read (a getpid() on 3.11).
+            self._now = loop.time
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -522,9 +581,9 @@ class Client:
     async def aclose(self) -> None:
         """Close every connection. The client cannot be used afterwards."""
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
 
     # ---- requests
 
@@ -544,17 +603,22 @@ class Client:
             url: an absolute http or https URL, as a string or as the
                 ``yarl.URL`` that ``parse_url`` returned for it (which
                 saves parsing it again).
-            headers: extra request headers.
-            body: the request body.
+            headers: extra request headers (``Host``, ``Content-Length``,
+                ``Transfer-Encoding`` and ``Connection`` are the client's
+                own and are ignored).
+            body: the request body (a ``str`` is sent as UTF-8).
             idempotent: whether the call may be retried; None decides by the
                 method (and ``ClientOptions.retry_non_idempotent``).
 
         Returns:
             The ``Response``. Any status is a response, not an error; when
             retries of a 429/502/503/504 run out, the last such response.
+            Bodies in gzip, deflate or br are decoded.
 
         Raises:
-            InvalidURL: a malformed URL (``UnsupportedScheme``: not http(s)).
+            InvalidURL: a malformed URL (``UnsupportedScheme``: not http(s),
+                here or in a redirect).
+            InvalidRequest: a header that cannot be sent.
             ConnectError: the connection failed (``TLSError``: TLS did).
             RequestTimeout: a connect, read or the total timeout fired.
             BodyTooLarge: the body is over ``max_body_bytes``.
@@ -563,27 +627,45 @@ class Client:
             RejectedError: the host's breaker is open, or a rate limit or
                 bulkhead refused.
         """
-        session = self._session
-        if session is None:
+        pool = self._pool
+        if pool is None:
             raise RuntimeError("use the Client in 'async with Client(...) as client:'")
         method = method.upper()
+        if _METHOD.fullmatch(method) is None:
+            raise errors.InvalidRequest(
+                f"{method!r} {url}: invalid method (expected an HTTP token)",
+                method=method,
+                url=str(url),
+            )
         if isinstance(url, URL):
             parsed = url
             url = str(url)
             _check_parsed(parsed, url)
         else:
             parsed = parse_url(url)
-        call = _Call(method, url, parsed, headers, body)
         retryable = idempotent
         if retryable is None:
             retryable = method in IDEMPOTENT_METHODS or self.options.retry_non_idempotent
-        clock = self.clock
-        started = clock.now()
+        payload = body.encode("utf-8") if isinstance(body, str) else body
+        call = _Call(method, url, parsed, headers, payload, retryable)
+        route = pool.route(call.origin, parsed)
+        try:
+            call.data = _request_bytes(
+                method, parsed, route, headers, payload, self.options.user_agent
+            )
+        except errors.InvalidRequest as exc:
+            raise call.error(errors.InvalidRequest, str(exc)) from None
+        now = self._now
+        started = now()
         self._requests += 1
         self._in_flight += 1
-        pipeline = self._retried if retryable else self._once
         try:
-            reply = await pipeline.execute(self._attempt, call, key=call.host)
+            if self._direct:
+                call.deadline = pool.now() + self.options.total_timeout
+                reply = await self._attempt(call)
+            else:
+                pipeline = self._retried if retryable else self._once
+                reply = await pipeline.execute(self._attempt, call, key=call.host)
         except Exception as exc:
             error = _http_error(exc, call, self.options)
             if error is None:
@@ -600,53 +682,117 @@ class Client:
             body=reply.body,
             url=reply.url,
             attempts=call.attempts,
-            elapsed=clock.now() - started,
+            elapsed=now() - started,
         )
 
-    async def _attempt(self, call: _Call) -> _Reply:
-        """One request on the wire, with aiohttp's exceptions turned into ours."""
-        session = self._session
-        if session is None:
+    async def _attempt(self, call: _Call) -> Reply:
+        """One attempt: the request on a pooled connection, and its redirects.
+
+        No coroutine below this one: a connection is taken synchronously when
+        one is idle, and its future is awaited directly.
+        """
+        pool = self._pool
+        if pool is None:
             raise RuntimeError("the Client is closed")
-        call.attempts += 1
-        self._attempts += 1
         options = self.options
-        try:
-            async with session.request(
-                call.method,
-                call.url,
-                headers=call.headers,
-                data=call.body,
-                allow_redirects=options.max_redirects > 0,
-                max_redirects=options.max_redirects + 1,  # aiohttp raises on reaching it
-            ) as response:
-                cap = options.max_body_bytes
-                length = response.content_length
-                if length is not None and length > cap and call.method != "HEAD":
-                    raise call.error(
-                        errors.BodyTooLarge,
-                        f"body of {length} bytes is over the cap of {cap} bytes",
-                    )
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in response.content.iter_chunked(_CHUNK):
-                    size += len(chunk)
-                    if size > cap:
-                        raise call.error(
-                            errors.BodyTooLarge, f"body is over the cap of {cap} bytes"
-                        )
-                    chunks.append(chunk)
-                return _Reply(
-                    status=response.status,
-                    headers=response.headers,
-                    body=b"".join(chunks),
-                    url=str(response.url),
-                )
-        except Exception as exc:
-            error = _http_error(exc, call, options)
-            if error is None or error is exc:
+        cap = options.max_body_bytes
+        method, url, key, data, raw_url = (
+            call.method,
+            call.url,
+            call.origin,
+            call.data,
+            call.raw_url,
+        )
+        headers, body = call.headers, call.body
+        redirects = 0
+        resent = False
+        count = True
+        while True:
+            if count:
+                call.attempts += 1
+                self._attempts += 1
+            conn = pool.take(key)
+            if conn is None:
+                try:
+                    conn = await pool.acquire(key, url, call.deadline)
+                except WireError as exc:
+                    raise call.error(exc.cls, self._detail(exc, call)) from exc.__cause__
+            reused = conn.served > 0
+            waiter = conn.send(
+                data, head=method == "HEAD", cap=cap, url=raw_url, deadline=call.deadline
+            )
+            try:
+                reply = await waiter
+            except WireError as exc:
+                if exc.unanswered and reused and call.retryable and not resent:
+                    resent = count = True  # the server had closed it: once more, on another
+                    continue
+                raise call.error(exc.cls, self._detail(exc, call)) from exc
+            except BaseException:
+                if conn.waiter is waiter:
+                    conn.abort()  # abandoned midway: the connection's framing is lost
                 raise
-            raise error from exc
+            count = False
+            if reply.status not in REDIRECT_STATUSES or not options.max_redirects:
+                return reply
+            location = reply.headers.get("Location")
+            if location is None:
+                return reply
+            redirects += 1
+            if redirects > options.max_redirects:
+                raise call.error(
+                    errors.TooManyRedirects, f"more than {options.max_redirects} redirects"
+                )
+            url, method, headers, body = self._redirect(
+                call, url, method, headers, body, location, reply.status
+            )
+            key = f"{url.scheme}://{host_key(url)}"
+            try:
+                data = _request_bytes(
+                    method, url, pool.route(key, url), headers, body, options.user_agent
+                )
+            except errors.InvalidRequest as exc:
+                raise call.error(errors.InvalidRequest, str(exc)) from None
+            raw_url = str(url)
+
+    def _detail(self, exc: WireError, call: _Call) -> str:
+        if exc.total:
+            timeout = self.options.total_timeout
+            return f"total timeout of {timeout:g} s after {_plural(call.attempts, 'attempt')}"
+        return exc.detail
+
+    @staticmethod
+    def _redirect(
+        call: _Call,
+        url: URL,
+        method: str,
+        headers: Mapping[str, str] | None,
+        body: bytes | None,
+        location: str,
+        status: int,
+    ) -> tuple[URL, str, Mapping[str, str] | None, bytes | None]:
+        """Where a redirect leads: the next URL, method, headers and body.
+
+        303 (and 301/302 after a POST) turns the request into a GET without
+        a body, as browsers do. ``Authorization`` is dropped for good once a
+        redirect leaves the origin it was sent to.
+        """
+        try:
+            target = url.join(URL(location))
+            _check_parsed(target, str(target))
+        except errors.UnsupportedScheme as exc:
+            raise call.error(errors.UnsupportedScheme, f"redirect to {location!r}: {exc}") from None
+        except (ValueError, TypeError) as exc:
+            raise call.error(errors.InvalidURL, f"bad redirect to {location!r}: {exc}") from None
+        if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
+            method, body = "GET", None
+        if headers:
+            crossed = target.scheme != url.scheme or host_key(target) != host_key(url)
+            dropped = {"authorization"} if crossed else set()
+            if body is None:
+                dropped.add("content-type")
+            headers = {k: v for k, v in headers.items() if k.lower() not in dropped}
+        return target, method, headers, body
 
     # ---- introspection
 

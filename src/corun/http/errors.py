@@ -3,8 +3,9 @@
 Every one derives from ``HttpError`` and carries the request's ``method``,
 ``url`` and ``attempts`` (requests sent, 0 when none left the client), and a
 short machine-readable ``kind`` (``"connect"``, ``"timeout"``, ...) that
-``corun fetch`` uses to count errors. The underlying exception (aiohttp's,
-or a ``corun.resilience`` refusal) is the ``__cause__``.
+``corun fetch`` uses to count errors. The underlying exception (the
+socket's, the TLS layer's, or a ``corun.resilience`` refusal) is the
+``__cause__``.
 
 A response is never an exception: a 404 or a 503 that was retried until the
 policy gave up is returned as a ``Response`` with that status.
@@ -42,6 +43,12 @@ class UnsupportedScheme(InvalidURL):
     """The URL's scheme is not ``http`` or ``https``."""
 
     kind = "unsupported_scheme"
+
+
+class InvalidRequest(HttpError, ValueError):
+    """The request cannot be sent as given: a header with a line break, or not Latin-1."""
+
+    kind = "invalid_request"
 
 
 class ConnectError(HttpError):

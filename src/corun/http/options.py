@@ -65,6 +65,8 @@ class ClientOptions:
         rate: a rate limiter keyed by host (``per_key_rate``) and/or global
             (``rate``); None for none.
         user_agent: the ``User-Agent`` header.
+        trust_env: use the proxies that ``HTTP_PROXY``, ``HTTPS_PROXY`` and
+            ``NO_PROXY`` (or their lower-case forms) name, as curl does.
     """
 
     limit: int = 100
@@ -84,6 +86,7 @@ class ClientOptions:
     per_host_concurrency: int | None = None
     rate: RateLimiterOptions | None = None
     user_agent: str = DEFAULT_USER_AGENT
+    trust_env: bool = True
 
     def __post_init__(self) -> None:
         owner = "ClientOptions"
@@ -93,7 +96,7 @@ class ClientOptions:
             _validate.normalize(self, owner, name, _validate.seconds)
         _validate.count(owner, "max_body_bytes", self.max_body_bytes, low=0, high=MAX_BODY_LIMIT)
         _validate.count(owner, "max_redirects", self.max_redirects, low=0, high=100)
-        for name in ("verify_tls", "retry_non_idempotent"):
+        for name in ("verify_tls", "retry_non_idempotent", "trust_env"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{owner}.{name} must be a bool, got {getattr(self, name)!r}")
         if self.ssl_context is not None:
