@@ -427,7 +427,18 @@ def _journal_rows(path: str) -> set[int]:
         return set()
 
 
-def test_sigkill_of_the_driver_then_rerun_fetches_only_what_is_missing(
+def _start_until(command: list[str], jpath: str, rows: int) -> subprocess.Popen[bytes]:
+    """Start ``command``; return once its journal holds ``rows`` rows."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while len(_journal_rows(jpath)) < rows:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc
+
+
+def test_sigterm_then_sigkill_of_the_driver_then_rerun_fetches_only_what_is_missing(
     ray_address: str, tmp_path: Path
 ) -> None:
     served = Hosts(4, delay=0.005)
@@ -440,20 +451,23 @@ def test_sigkill_of_the_driver_then_rerun_fetches_only_what_is_missing(
             str(src), "-o", str(out), "--ray", ray_address, "--workers", "2",
             "--concurrency", "8", "--no-rate-limit", "--no-progress",
         )  # fmt: skip
-        first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 120
-        while len(_journal_rows(jpath)) < 600:
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
+        # SIGTERM: a graceful stop (Ray's own SIGTERM handler must not take over).
+        first = _start_until(command, jpath, 300)
+        first.send_signal(signal.SIGTERM)
+        _stdout, stderr = first.communicate(timeout=30)
+        assert first.returncode == 130, stderr
+        after_term = len(_journal_rows(jpath))
+        assert f"fetch interrupted: {after_term}/{total} lines".encode() in stderr
+        # SIGKILL: no chance to clean up.
+        second = _start_until(command, jpath, after_term + 300)
+        second.send_signal(signal.SIGKILL)
+        second.wait(10)
         assert not out.exists()
         recorded = _journal_rows(jpath)
-        assert 600 <= len(recorded) < total
+        assert after_term + 300 <= len(recorded) < total
         before = len(served.requests)
-        second = subprocess.run(command, capture_output=True, timeout=180)
-        assert second.returncode == 0, second.stderr
+        third = subprocess.run(command, capture_output=True, timeout=180)
+        assert third.returncode == 0, third.stderr
         records = assert_one_line_each(out, total)
         assert all(r["status"] == 200 and r["body"] == f"ok {r['line']}" for r in records)
         again = [line for _host, line, _pid in served.requests[before:]]
@@ -461,7 +475,7 @@ def test_sigkill_of_the_driver_then_rerun_fetches_only_what_is_missing(
         # killed driver's workers live on for a moment, with lines in flight.)
         assert not set(again) & recorded
         assert set(again) == set(range(1, total + 1)) - recorded
-        assert b"worker 0:" in second.stderr and b"worker 1:" in second.stderr
+        assert b"worker 0:" in third.stderr and b"worker 1:" in third.stderr
     finally:
         served.close()
 

@@ -47,6 +47,7 @@ import importlib
 import logging
 import os
 import pickle
+import signal
 import socket
 import sys
 import tempfile
@@ -74,6 +75,7 @@ _PATIENCE: Final = 1.0
 #: Seconds to connect to a cluster, and for the workers to start.
 CONNECT_TIMEOUT: Final = 5.0
 START_TIMEOUT: Final = 120.0
+_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 #: A worker whose every call fails this many times in a row (0.1 s apart)
 #: is dead for good.
 _DEAD_AFTER: Final = 20
@@ -428,11 +430,12 @@ class RayBackend:
             return
         quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
         try:
-            if self._address is None:
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **quiet)
-            else:
-                _probe(self._address)
-                ray.init(address=self._address, **quiet)
+            with _KeepSignals():
+                if self._address is None:
+                    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **quiet)
+                else:
+                    _probe(self._address)
+                    ray.init(address=self._address, **quiet)
         except ClusterError:
             raise
         except Exception as exc:
@@ -615,6 +618,25 @@ class RayBackend:
             open_breakers=sum(shard.open_breakers for shard in self._shards),
             workers=workers,
         )
+
+
+class _KeepSignals:
+    """Puts SIGINT's and SIGTERM's handlers back as they were (``run_fetch``'s graceful stop).
+
+    ``ray.init`` sets its own: a Python SIGTERM handler that exits 15, and
+    Ray's C++ failure handler, which dumps a stack. Either would end the run
+    without committing the journal's pending batch.
+    """
+
+    def __enter__(self) -> None:
+        self._main = threading.current_thread() is threading.main_thread()
+        self._saved = {signum: signal.getsignal(signum) for signum in _SIGNALS}
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._main:
+            return  # only the main thread sets handlers (and Ray sets none from others)
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def _kept_dying(shard: _Shard, exc: BaseException) -> ClusterError:
