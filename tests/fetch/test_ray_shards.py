@@ -250,6 +250,26 @@ def test_shard_of_is_stable_and_spreads() -> None:
     assert spread == {0, 1}
 
 
+def test_a_backlog_keeps_its_order_from_memory_to_disk(tmp_path: Path) -> None:
+    from corun.fetch.ray_shards import _Backlog, _Budget
+
+    budget = _Budget(3)
+    first, second = _Backlog(str(tmp_path), budget), _Backlog(str(tmp_path), budget)
+    for line in range(1, 6):
+        first.push((line, "error", "invalid_url", None, None))
+    second.push((9, "error", "invalid_url", None, None))  # the budget is spent: on disk
+    assert (len(first), len(second), budget.left) == (5, 1, 0)
+    assert [w[0] for w in first.pop(2)] == [1, 2]
+    first.push((6, "error", "invalid_url", None, None))  # after the disk's lines, so on disk
+    assert [w[0] for w in first.pop(10)] == [3, 4, 5, 6]
+    assert len(first) == 0 and budget.left == 3
+    first.push((7, "error", "invalid_url", None, None))  # emptied: memory again
+    assert [w[0] for w in first.pop(1) + second.pop(1)] == [7, 9]
+    first.close()
+    second.close()
+    assert os.listdir(tmp_path) == []  # unnamed files
+
+
 def test_every_host_is_served_by_one_worker(ray_address: str, hosts: Hosts, tmp_path: Path) -> None:
     while len({shard_of(h, WORKERS) for h in hosts.live_hosts}) < WORKERS:
         hosts.add_live()
@@ -382,7 +402,8 @@ def test_a_dead_host_does_not_stall_the_other_shards(ray_address: str, tmp_path:
             total_timeout=120.0,
         )
         run = options(src, out, client=client)
-        backend = RayBackend(run, workers=WORKERS, window=256)
+        # A small window and backlog memory: the dead host's lines spill to disk.
+        backend = RayBackend(run, workers=WORKERS, window=256, backlog_memory=100)
         live_done_first: list[bool] = []
 
         def watch() -> None:

@@ -16,12 +16,13 @@ operate. The shape:
   them to ``run_fetch``'s journal. Crash safety is then one machine's: a
   SIGKILL of the driver loses at most the uncommitted batch and what was in
   flight, which the next run fetches again.
-* **Backpressure, and no head-of-line blocking.** Each shard holds at most
-  ``window`` lines in flight or queued in memory; one call is in flight per
-  actor, and it brings back what finished. A line whose shard is full goes
-  to that shard's spill file (a FIFO on disk) rather than stopping the
-  reader, so a slow host slows its own shard only, and driver memory stays
-  bounded for any input. The reader waits only when every shard is full.
+* **Backpressure, and no head-of-line blocking.** Each shard has at most
+  ``window`` lines in flight or queued; one call is in flight per actor,
+  and it brings back what finished. A line whose shard is full goes to that
+  shard's backlog rather than stopping the reader, so a slow host slows its
+  own shard only. Backlogs hold ``BACKLOG_MEMORY_LINES`` lines in memory
+  and the rest in FIFO files on disk, so driver memory stays bounded for
+  any input. The reader waits only when every shard is full.
 * **Worker failure.** An actor that dies is restarted by Ray
   (``max_restarts``); the driver sends its unreturned lines again. A record
   is taken only for a line the driver has in flight on that shard, so a
@@ -68,6 +69,9 @@ INSTALL_HINT: Final = "--ray needs Ray: pip install 'corun[ray]'"
 #: Records a worker gathers before it answers, at most (it answers sooner
 #: when fewer are in flight, or when ``_LINGER`` has passed).
 BATCH: Final = 256
+#: Lines that the shards' backlogs hold in memory, together, before they
+#: spill to disk (a few hundred bytes each).
+BACKLOG_MEMORY_LINES: Final = 50_000
 #: Seconds a worker waits for a full batch once it has a record.
 _LINGER: Final = 0.1
 #: Seconds a worker with lines in flight waits for the first record.
@@ -106,11 +110,20 @@ def _host(item: FetchRequest | BadInput) -> str:
     return item.url
 
 
-def _portable(item: FetchRequest | BadInput) -> FetchRequest | BadInput:
-    """The item without its parsed URL: cheaper to send, and the client parses it again."""
-    if isinstance(item, FetchRequest) and item.parsed is not None:
-        return FetchRequest(item.line, item.id, item.url, item.method, item.headers, item.body)
-    return item
+#: An item as sent to a worker: the fields of a ``FetchRequest`` (6) or of a
+#: ``BadInput`` (5), line first. A tuple pickles several times faster than a
+#: slotted dataclass, and the parsed URL stays behind (the client parses it).
+_Wire = tuple[Any, ...]
+
+
+def _to_wire(item: FetchRequest | BadInput) -> _Wire:
+    if isinstance(item, FetchRequest):
+        return (item.line, item.id, item.url, item.method, item.headers, item.body)
+    return (item.line, item.error, item.kind, item.id, item.url)
+
+
+def _from_wire(wire: _Wire) -> FetchRequest | BadInput:
+    return FetchRequest(*wire) if len(wire) == 6 else BadInput(*wire)
 
 
 def _import_ray() -> Any:
@@ -196,10 +209,10 @@ class FetchWorker:
         while True:  # the actor lives until the driver kills it
             yield await self._queue.get()
 
-    def _enqueue(self, items: list[FetchRequest | BadInput]) -> None:
+    def _enqueue(self, items: list[_Wire]) -> None:
         assert self._queue is not None
-        for item in items:
-            self._queue.put_nowait(item)
+        for wire in items:
+            self._queue.put_nowait(_from_wire(wire))
 
     def _record(self, line: int, record: dict[str, Any]) -> None:
         with self._ready:
@@ -216,7 +229,7 @@ class FetchWorker:
         """The worker's pid, once its loop runs."""
         return os.getpid()
 
-    def exchange(self, items: list[FetchRequest | BadInput]) -> WorkerReply:
+    def exchange(self, items: list[_Wire]) -> WorkerReply:
         """Take ``items`` to fetch, and return the records finished so far.
 
         Waits up to ``_LINGER`` s for a batch (``BATCH`` records, or every
@@ -253,40 +266,64 @@ class FetchWorker:
 # --------------------------------------------------------------------------- the driver
 
 
-class _Spill:
-    """A FIFO of items on disk: the lines of a shard that do not fit its window.
+class _Budget:
+    """Lines that the backlogs of a run may still hold in memory."""
 
-    An unnamed temporary file next to the output, so a killed driver leaves
-    nothing behind; emptied, it is truncated.
+    def __init__(self, lines: int) -> None:
+        self.left = lines
+
+
+class _Backlog:
+    """A shard's lines that do not fit its window, in order: in memory while the run's
+    ``_Budget`` lasts, then in a file on disk.
+
+    The file is unnamed, next to the output, so a killed driver leaves nothing
+    behind; emptied, it is truncated.
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, budget: _Budget) -> None:
         self._directory = directory
+        self._budget = budget
+        # Invariant: every line in _memory is older than every line on disk,
+        # which are pickled back to back in [_read, _write) of _file.
+        self._memory: collections.deque[_Wire] = collections.deque()
         self._file: IO[bytes] | None = None
-        # Invariant: the items are pickled back to back in [_read, _write).
         self._read = self._write = 0
-        self.count = 0
+        self._on_disk = 0
 
-    def push(self, item: FetchRequest | BadInput) -> None:
+    def __len__(self) -> int:
+        return len(self._memory) + self._on_disk
+
+    def push(self, wire: _Wire) -> None:
+        if not self._on_disk and self._budget.left > 0:
+            self._memory.append(wire)
+            self._budget.left -= 1
+            return
         if self._file is None:
             # Closed by close(), when the run ends.
             self._file = tempfile.TemporaryFile(dir=self._directory)  # noqa: SIM115
         self._file.seek(self._write)
-        pickle.dump(item, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(wire, self._file, protocol=pickle.HIGHEST_PROTOCOL)
         self._write = self._file.tell()
-        self.count += 1
+        self._on_disk += 1
 
-    def pop(self, most: int) -> list[FetchRequest | BadInput]:
-        if self._file is None or most <= 0 or not self.count:
-            return []
+    def pop(self, most: int) -> list[_Wire]:
+        """Up to ``most`` lines, oldest first."""
+        memory = self._memory
+        taken = [memory.popleft() for _ in range(min(most, len(memory)))]
+        self._budget.left += len(taken)
+        most -= len(taken)
+        if most <= 0 or not self._on_disk or self._file is None:
+            return taken
         self._file.seek(self._read)
-        items = [pickle.load(self._file) for _ in range(min(most, self.count))]
+        for _ in range(min(most, self._on_disk)):
+            taken.append(pickle.load(self._file))
+            self._on_disk -= 1
         self._read = self._file.tell()
-        self.count -= len(items)
-        if not self.count:
+        if not self._on_disk:
             self._file.truncate(0)
             self._read = self._write = 0
-        return items
+        return taken
 
     def close(self) -> None:
         if self._file is not None:
@@ -294,18 +331,18 @@ class _Spill:
 
 
 class _Shard:
-    """The driver's side of one worker: its lines in flight, queued and spilled, and counts."""
+    """The driver's side of one worker: its lines in flight, queued and backlogged, and counts."""
 
-    def __init__(self, index: int, actor: Any, window: int, directory: str) -> None:
+    def __init__(self, index: int, actor: Any, window: int, backlog: _Backlog) -> None:
         self.index = index
         self.actor = actor
         self.window = window
         # Invariant: a line is in at most one of inflight (sent, not returned),
-        # queued (in memory, not sent) and spill (on disk, not sent), and
+        # queued (next to send) and backlog (beyond the window), and
         # len(inflight) + len(queued) <= window.
-        self.inflight: dict[int, FetchRequest | BadInput] = {}
-        self.queued: collections.deque[FetchRequest | BadInput] = collections.deque()
-        self.spill = _Spill(directory)
+        self.inflight: dict[int, _Wire] = {}
+        self.queued: collections.deque[_Wire] = collections.deque()
+        self.backlog = backlog
         self.wake = asyncio.Event()
         self.hosts: set[str] = set()
         self.lines = self.requests = self.deaths = 0
@@ -318,14 +355,15 @@ class _Shard:
         return self.window - len(self.inflight) - len(self.queued)
 
     def saturated(self) -> bool:
-        return self.spill.count > 0 or self.room() <= 0
+        return len(self.backlog) > 0 or self.room() <= 0
 
-    def take(self) -> list[FetchRequest | BadInput]:
-        """The next lines to send (from the spill first, in order), now counted in flight."""
-        self.queued.extend(self.spill.pop(self.room()))
+    def take(self) -> list[_Wire]:
+        """The next lines to send (the backlog moves up first, in order), now in flight."""
+        if self.backlog:
+            self.queued.extend(self.backlog.pop(self.room()))
         batch = [self.queued.popleft() for _ in range(min(BATCH, len(self.queued)))]
-        for item in batch:
-            self.inflight[item.line] = item
+        for wire in batch:
+            self.inflight[wire[0]] = wire
         return batch
 
     def requeue(self) -> None:
@@ -358,6 +396,8 @@ class RayBackend:
         max_restarts: a worker that dies more often fails the run.
         window: lines in flight or queued per worker, in memory (default
             ``4 * options.concurrency``, at least ``BATCH``).
+        backlog_memory: lines the backlogs hold in memory before they
+            spill to disk.
 
     Raises (on entering):
         ClusterError: Ray is not installed, the cluster cannot be reached, or
@@ -372,6 +412,7 @@ class RayBackend:
         workers: int | None = None,
         max_restarts: int = 3,
         window: int | None = None,
+        backlog_memory: int = BACKLOG_MEMORY_LINES,
     ) -> None:
         if workers is not None and not 1 <= workers <= 10_000:
             raise ValueError(f"workers must be in [1, 10000], got {workers}")
@@ -380,6 +421,7 @@ class RayBackend:
         self._workers = workers
         self._max_restarts = max_restarts
         self._window = window if window is not None else max(BATCH, 4 * options.concurrency)
+        self._backlog_memory = backlog_memory
         self._ray: Any = None
         self._owns_connection = False
         self._shards: list[_Shard] = []
@@ -399,8 +441,10 @@ class RayBackend:
         try:
             actors = self._start_workers(ray)
             directory = os.path.dirname(os.path.abspath(self._options.output))
+            budget = _Budget(self._backlog_memory)
             self._shards = [
-                _Shard(index, actor, self._window, directory) for index, actor in enumerate(actors)
+                _Shard(index, actor, self._window, _Backlog(directory, budget))
+                for index, actor in enumerate(actors)
             ]
             await self._wait_ready()
         except BaseException:
@@ -416,7 +460,7 @@ class RayBackend:
     ) -> None:
         ray = self._ray
         for shard in self._shards:
-            shard.spill.close()
+            shard.backlog.close()
             try:
                 ray.kill(shard.actor, no_restart=True)
             except Exception:  # already gone with its node: nothing to stop
@@ -522,12 +566,12 @@ class RayBackend:
                 shard = shards[shard_of(host, count)]
                 shard.hosts.add(host)
                 if shard.saturated():
-                    shard.spill.push(_portable(item))
+                    shard.backlog.push(_to_wire(item))
                     while all(other.saturated() for other in shards):
                         self._room.clear()
                         await self._room.wait()
                 else:
-                    shard.queued.append(_portable(item))
+                    shard.queued.append(_to_wire(item))
                 shard.wake.set()
                 seen += 1
                 if seen % _YIELD_EVERY == 0:
@@ -543,7 +587,7 @@ class RayBackend:
         while True:
             batch = shard.take()
             if not shard.inflight:
-                if not self._reading and not shard.queued and not shard.spill.count:
+                if not self._reading and not shard.queued and not shard.backlog:
                     return
                 shard.wake.clear()
                 await shard.wake.wait()
