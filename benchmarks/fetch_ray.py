@@ -17,10 +17,13 @@ Measured per run: requests/s over the run's ``elapsed_s`` (the summary's,
 workers' start-up included); for Ray runs also over the fetch phase alone
 (the sum of the workers' ``requests_per_s``); and the **client CPU per
 request**: the driver's own CPU (its rusage, from ``wait4``) plus, for Ray,
-the CPU of every other process under this one but the server (Ray's GCS,
-raylet and worker processes), sampled from ``/proc`` every 50 ms (a process
-counts from its first sample of the run; one that exits counts up to its
-last sample). Medians of ``--repeat`` runs.
+the CPU of every other process under this one but the server, sampled from
+``/proc`` every 50 ms (a process counts from its first sample of the run;
+one that exits counts up to its last sample), split into the fetch workers
+(``ray::FetchWorker``) and Ray's own processes (GCS, raylet, idle workers).
+Each mode also runs a tenth of the input: the difference gives the CPU per
+request beyond start-up (Ray's import and connection, the workers' start),
+which is what the scaling model uses. Medians of ``--repeat`` runs.
 
 **The driver's ceiling**: ``Journal`` alone, fed synthetic records of the
 size these runs produce in batches of ``ray_shards.BATCH`` (what a worker
@@ -132,13 +135,23 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
 
 
+def _is_worker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as stream:
+            return stream.read().startswith(b"ray::FetchWorker")
+    except OSError:
+        return False
+
+
 class CpuSampler:
-    """The CPU of this process's descendants but ``excluded``, sampled from ``/proc``."""
+    """The CPU of this process's descendants but ``excluded``, sampled from ``/proc``:
+    the fetch workers' (their title is ``ray::FetchWorker``) and the rest's."""
 
     def __init__(self, excluded: set[int]) -> None:
         self._excluded = excluded
         self._first: dict[int, float] = {}
         self._last: dict[int, float] = {}
+        self._workers: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -150,6 +163,8 @@ class CpuSampler:
             # A process seen first during the run started in it: it counts from zero.
             self._first.setdefault(pid, cpu if first else 0.0)
             self._last[pid] = cpu
+            if pid not in self._workers and _is_worker(pid):
+                self._workers.add(pid)
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
@@ -165,15 +180,23 @@ class CpuSampler:
         self._thread.join()
         self._sample(False)
 
-    def seconds(self) -> float:
-        return sum(self._last[pid] - self._first[pid] for pid in self._last)
+    def seconds(self) -> tuple[float, float]:
+        """CPU seconds of the fetch workers, and of the other processes (Ray's own)."""
+        used = {pid: self._last[pid] - self._first[pid] for pid in self._last}
+        workers = sum(cpu for pid, cpu in used.items() if pid in self._workers)
+        return workers, sum(used.values()) - workers
 
 
 # --------------------------------------------------------------------------- runs
 
 
 def _run_fetch(
-    input_path: str, workdir: str, args: argparse.Namespace, workers: int | None, address: str
+    input_path: str,
+    requests: int,
+    workdir: str,
+    args: argparse.Namespace,
+    workers: int | None,
+    address: str,
 ) -> dict[str, Any]:
     output = os.path.join(workdir, "out.jsonl")
     summary_path = os.path.join(workdir, "summary.json")
@@ -206,18 +229,18 @@ def _run_fetch(
             if os.path.exists(path + suffix):
                 os.unlink(path + suffix)
     driver_cpu = usage.ru_utime + usage.ru_stime
-    others = sampler.seconds() if workers is not None else 0.0
-    requests = args.requests
+    worker_cpu, ray_cpu = sampler.seconds() if workers is not None else (0.0, 0.0)
     result: dict[str, Any] = {
         "ok": lines == requests and summary["by_status"] == {"200": requests},
         "error": None if lines == requests else f"{lines} output lines",
+        "requests": requests,
         "elapsed_s": summary["elapsed_s"],
         "wall_s": wall,
         "rps": requests / summary["elapsed_s"],
         "driver_cpu_s": driver_cpu,
-        "cluster_cpu_s": others,
-        "cpu_us_per_request": (driver_cpu + others) / requests * 1e6,
-        "driver_cpu_us_per_request": driver_cpu / requests * 1e6,
+        "worker_cpu_s": worker_cpu,
+        "ray_cpu_s": ray_cpu,
+        "cpu_us_per_request": (driver_cpu + worker_cpu + ray_cpu) / requests * 1e6,
     }
     if summary.get("workers") is not None:
         result["rps_fetch_phase"] = sum(w["requests_per_s"] for w in summary["workers"])
@@ -275,6 +298,15 @@ def _median(runs: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+_PARTS: Final = ("driver", "worker", "ray")
+
+
+def marginal(big: dict[str, Any], small: dict[str, Any]) -> dict[str, float]:
+    """CPU µs per request beyond start-up, by part, from a long and a short run."""
+    extra = big["requests"] - small["requests"]
+    return {part: (big[f"{part}_cpu_s"] - small[f"{part}_cpu_s"]) / extra * 1e6 for part in _PARTS}
+
+
 def markdown(doc: dict[str, Any]) -> str:
     def num(value: float | None, digits: int = 0) -> str:
         return "-" if value is None else f"{value:,.{digits}f}"
@@ -289,16 +321,36 @@ def markdown(doc: dict[str, Any]) -> str:
         f"medians. Ray: one local cluster ({doc['ray_cpus']} CPUs) shared by the runs.",
         "",
         "| mode | requests/s | requests/s, fetch phase | elapsed (s) | client CPU per "
-        "request (µs) | of which the driver (µs) |",
-        "|---|--:|--:|--:|--:|--:|",
+        "request (µs) |",
+        "|---|--:|--:|--:|--:|",
     ]
     for mode in doc["modes"]:
         runs = mode["runs"]
         lines.append(
             f"| {mode['name']} | {num(_median(runs, 'rps'))} | "
             f"{num(_median(runs, 'rps_fetch_phase'))} | {num(_median(runs, 'elapsed_s'), 2)} | "
-            f"{num(_median(runs, 'cpu_us_per_request'))} | "
-            f"{num(_median(runs, 'driver_cpu_us_per_request'))} |"
+            f"{num(_median(runs, 'cpu_us_per_request'))} |"
+        )
+    lines += [
+        "",
+        f"CPU per request beyond start-up (µs): the runs above less runs of "
+        f"{doc['short_requests']:,} requests, per request in between (medians). Workers: "
+        "the `ray::FetchWorker` processes; Ray: its GCS, raylet and idle workers.",
+        "",
+        "| mode | driver | workers | Ray | total | start-up CPU (s) |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    for mode in doc["modes"]:
+        parts = {
+            part: statistics.median(each[part] for each in mode["marginal"])
+            if mode["marginal"]
+            else None
+            for part in _PARTS
+        }
+        total = sum(v for v in parts.values() if v is not None)
+        lines.append(
+            f"| {mode['name']} | {num(parts['driver'])} | {num(parts['worker'])} | "
+            f"{num(parts['ray'])} | {num(total)} | {num(_median(mode['short'], 'startup_cpu_s'), 2)} |"
         )
     ceiling = doc["journal_ceiling"]
     lines += [
@@ -355,19 +407,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging_level="ERROR",
     )
     address = ray.get_runtime_context().gcs_address
-    modes: list[dict[str, Any]] = [{"name": name, "runs": []} for name, _ in MODES]
+    modes: list[dict[str, Any]] = [
+        {"name": name, "runs": [], "short": [], "marginal": []} for name, _ in MODES
+    ]
+    short = max(1, args.requests // 10)
     try:
         with tempfile.TemporaryDirectory() as workdir:
-            input_path = os.path.join(workdir, "in.txt")
-            with open(input_path, "w") as stream:
-                for n in range(args.requests):
-                    port = info["ports"][n % args.hosts]
-                    stream.write(f"http://127.0.0.1:{port}/item/{n}\n")
+            inputs = {}
+            for size in (args.requests, short):
+                inputs[size] = os.path.join(workdir, f"in-{size}.txt")
+                with open(inputs[size], "w") as stream:
+                    for n in range(size):
+                        port = info["ports"][n % args.hosts]
+                        stream.write(f"http://127.0.0.1:{port}/item/{n}\n")
             for repetition in range(args.repeat):
                 for mode, (name, workers) in zip(modes, MODES, strict=True):
-                    result = _run_fetch(input_path, workdir, args, workers, address)
-                    mode["runs"].append(result)
-                    shown = {k: v for k, v in result.items() if k != "workers"}
+                    big = _run_fetch(
+                        inputs[args.requests], args.requests, workdir, args, workers, address
+                    )
+                    small = _run_fetch(inputs[short], short, workdir, args, workers, address)
+                    mode["runs"].append(big)
+                    mode["short"].append(small)
+                    if big["ok"] and small["ok"]:
+                        each = marginal(big, small)
+                        small["startup_cpu_s"] = sum(
+                            small[f"{part}_cpu_s"] - each[part] * short / 1e6 for part in _PARTS
+                        )
+                        mode["marginal"].append(each)
+                    shown = {k: v for k, v in big.items() if k != "workers"}
                     print(f"[{repetition + 1}/{args.repeat}] {name}: {shown}", flush=True)
         rates = journal_ceiling(args.repeat, args.journal_records, args.record_bytes)
         print(f"journal ceiling: {[round(r) for r in rates]} records/s", flush=True)
@@ -386,6 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ray_cpus": args.ray_cpus,
         "server_loop": info["loop"],
         "requests": args.requests,
+        "short_requests": short,
         "hosts": args.hosts,
         "concurrency": args.concurrency,
         "repeat": args.repeat,
@@ -402,7 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = markdown(doc)
     (args.out / "fetch_ray.md").write_text(text)
     print(text)
-    return 0 if all(run["ok"] for mode in modes for run in mode["runs"]) else 1
+    runs = [run for mode in modes for run in mode["runs"] + mode["short"]]
+    return 0 if all(run["ok"] for run in runs) else 1
 
 
 if __name__ == "__main__":
