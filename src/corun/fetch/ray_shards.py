@@ -564,7 +564,8 @@ class RayBackend:
             async for item in items:
                 host = _host(item)
                 shard = shards[shard_of(host, count)]
-                shard.hosts.add(host)
+                if host:  # bad input has none
+                    shard.hosts.add(host)
                 if shard.saturated():
                     shard.backlog.push(_to_wire(item))
                     while all(other.saturated() for other in shards):
