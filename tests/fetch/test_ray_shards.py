@@ -44,6 +44,8 @@ def ray_address() -> Iterator[str]:
         patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         import ray
 
+        # ray.init sets SIGINT's and SIGTERM's handlers, and ray.shutdown leaves them.
+        saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
         ray.init(
             num_cpus=WORKERS,
             object_store_memory=100 * 1024 * 1024,
@@ -55,6 +57,8 @@ def ray_address() -> Iterator[str]:
             yield str(ray.get_runtime_context().gcs_address)
         finally:
             ray.shutdown()
+            for signum, handler in saved.items():
+                signal.signal(signum, handler)
 
 
 # --------------------------------------------------------------------------- servers
