@@ -318,7 +318,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{doc['requests']:,} requests per run over {doc['hosts']} hosts (ports of one local "
         f"aiohttp server on {doc['server_loop']}, its own process), concurrency "
         f"{doc['concurrency']} per process, {doc['repeat']} repetition(s), modes in turn; "
-        f"medians. Ray: one local cluster ({doc['ray_cpus']} CPUs) shared by the runs.",
+        f"medians. Ray: one local cluster ({doc['ray_cpus']} CPUs) shared by the runs. "
+        f"Load average (1 min) {doc['load_average'][0]} before, {doc['load_average'][1]} after.",
         "",
         "| mode | requests/s | requests/s, fetch phase | elapsed (s) | client CPU per "
         "request (µs) |",
@@ -411,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         {"name": name, "runs": [], "short": [], "marginal": []} for name, _ in MODES
     ]
     short = max(1, args.requests // 10)
+    load_before = os.getloadavg()[0]
     try:
         with tempfile.TemporaryDirectory() as workdir:
             inputs = {}
@@ -451,6 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "corun_build": _corun_build(),
         "ray": ray.__version__,
         "ray_cpus": args.ray_cpus,
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "server_loop": info["loop"],
         "requests": args.requests,
         "short_requests": short,
