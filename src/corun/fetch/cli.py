@@ -11,6 +11,7 @@ import dataclasses
 import sys
 from typing import Final
 
+from corun.fetch import ray_shards
 from corun.fetch.journal import JournalMismatch
 from corun.fetch.runner import DEFAULT_RATE, FetchOptions, run_fetch
 
@@ -72,6 +73,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fetch.add_argument("--save-dir", default=None, help="write bodies here, not in the output")
     fetch.add_argument("--summary-json", default=None, metavar="PATH")
     fetch.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ray_shards.add_arguments(fetch)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -90,12 +92,13 @@ def main(args: argparse.Namespace) -> int:
             **{name: getattr(args, name) for name in _TUNING},
             **extra,
         )
+        backend = ray_shards.backend_from_args(args, options)
     except (TypeError, ValueError) as exc:
         print(f"corun fetch: {exc}", file=sys.stderr)
         return 2
     try:
-        summary = corun.run(run_fetch(options, handle_signals=True))
-    except (JournalMismatch, OSError) as exc:
+        summary = corun.run(run_fetch(options, handle_signals=True, backend=backend))
+    except (JournalMismatch, OSError, ray_shards.ClusterError) as exc:
         print(f"corun fetch: {exc}", file=sys.stderr)
         return 1
     print(summary.render(), file=sys.stderr)

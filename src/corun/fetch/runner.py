@@ -2,7 +2,10 @@
 
 Shape: one producer reads the input (streaming) into a bounded queue, and a
 fixed pool of ``concurrency`` workers takes requests from it, so memory
-stays bounded whatever the input's length. Every finished line (a response,
+stays bounded whatever the input's length. That engine is
+``fetch_stream``; a ``FetchBackend`` runs it here (``LocalBackend``) or
+on Ray actors, one per shard of hosts (``ray_shards``), while this
+process alone keeps the journal. Every finished line (a response,
 an error, or bad input) goes to the journal (``journal.py``), which commits
 in small batches; a ticker commits and redraws the progress bar a few
 times a second. When every input line is in the journal, the output is
@@ -25,15 +28,16 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from types import TracebackType
+from typing import Any, Final, Protocol, Self
 
 from corun.fetch.input import BadInput, FetchRequest, count_lines, read_requests
 from corun.fetch.journal import FLUSH_SECONDS, Journal, fingerprint, journal_path
 from corun.fetch.output import output_record, write_output
 from corun.fetch.progress import ProgressBar, ProgressState
-from corun.fetch.summary import Summary, summarize
+from corun.fetch.summary import Summary, WorkerSummary, summarize
 from corun.http import Client, ClientOptions, HttpError
 from corun.resilience import (
     BreakerOptions,
@@ -160,6 +164,117 @@ class _Run:
             self.journal.flush()
 
 
+#: Receives each finished line: ``record(line, record)``.
+RecordSink = Callable[[int, dict[str, Any]], object]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendStatistics:
+    """What a ``FetchBackend`` reports while it runs.
+
+    Attributes:
+        breaker_trips: breaker openings in this run.
+        open_breakers: hosts whose breaker is open or half-open now.
+        workers: one entry per worker when the requests are spread over
+            workers (Ray); None on one machine.
+    """
+
+    breaker_trips: int
+    open_breakers: int
+    workers: tuple[WorkerSummary, ...] | None = None
+
+
+class FetchBackend(Protocol):
+    """Where a run's requests are made: here (``LocalBackend``) or on Ray actors
+    (``corun.fetch.ray_shards.RayBackend``).
+
+    Contract: ``run_fetch`` enters the backend (``async with``) once, calls
+    ``fetch`` once inside it, and may call ``statistics`` at any time while
+    inside. ``fetch`` takes every item of ``items`` and calls ``record(line,
+    record)`` exactly once for each, on the calling loop's thread, with the
+    record ``fetch_stream`` makes for it; it returns when every item is
+    recorded, and raises only when the run cannot go on (the journal keeps
+    what was recorded). Cancelled, it stops promptly: lines in flight are
+    not recorded, so the next run fetches them again.
+    """
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    async def fetch(
+        self, items: AsyncIterator[FetchRequest | BadInput], record: RecordSink
+    ) -> None: ...
+
+    def statistics(self) -> BackendStatistics: ...
+
+
+class LocalBackend:
+    """The requests are made in this process, by one ``Client``."""
+
+    def __init__(self, options: FetchOptions, *, clock: Clock | None = None) -> None:
+        self._client = Client(options.client_options(), clock=clock)
+        self._options = options
+
+    async def __aenter__(self) -> Self:
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._client.__aexit__(exc_type, exc, tb)
+
+    async def fetch(
+        self, items: AsyncIterator[FetchRequest | BadInput], record: RecordSink
+    ) -> None:
+        await fetch_stream(self._options, self._client, items, record)
+
+    def statistics(self) -> BackendStatistics:
+        stats = self._client.statistics()
+        return BackendStatistics(stats.breaker_trips, stats.open_breakers)
+
+
+async def fetch_stream(
+    options: FetchOptions,
+    client: Client,
+    items: AsyncIterator[FetchRequest | BadInput],
+    record: RecordSink,
+) -> None:
+    """The fetch engine: every item of ``items`` through ``client``, each record to ``record``.
+
+    ``options.concurrency`` workers take items from a bounded queue, so
+    memory stays bounded however long ``items`` is. A line never raises: a
+    failed request, bad input or a bug becomes the line's record. Returns
+    when ``items`` is exhausted and every item is recorded. Both
+    ``run_fetch`` (through ``LocalBackend``) and each Ray actor
+    (``ray_shards``) run it, so one machine and a cluster fetch alike.
+    """
+    queue: asyncio.Queue[FetchRequest | BadInput | None] = asyncio.Queue(
+        maxsize=options.concurrency * 4
+    )
+    producer = asyncio.ensure_future(_produce(queue, items, options.concurrency))
+    workers = [
+        asyncio.ensure_future(_work(options, client, queue, record))
+        for _ in range(options.concurrency)
+    ]
+    everything = asyncio.gather(producer, *workers)
+    try:
+        await everything
+    finally:
+        if not everything.done():
+            everything.cancel()
+            await asyncio.gather(everything, return_exceptions=True)
+
+
 async def run_fetch(
     options: FetchOptions,
     *,
@@ -167,6 +282,7 @@ async def run_fetch(
     stop: asyncio.Event | None = None,
     handle_signals: bool = False,
     on_progress: Callable[[ProgressState], object] | None = None,
+    backend: FetchBackend | None = None,
 ) -> Summary:
     """Fetch every input line not yet in the journal; write the output when all are.
 
@@ -177,6 +293,8 @@ async def run_fetch(
         handle_signals: stop gracefully on SIGINT and SIGTERM.
         on_progress: called with what the progress bar shows, a few times a
             second and once at the end (whether or not a bar is drawn).
+        backend: where the requests are made (default: a ``LocalBackend``
+            here; ``ray_shards.RayBackend`` spreads them over Ray actors).
 
     Returns:
         The ``Summary`` over every recorded line. ``complete`` is True when
@@ -198,6 +316,7 @@ async def run_fetch(
     signals: list[signal.Signals] = []
     interrupted = False
     trips = 0
+    workers: tuple[WorkerSummary, ...] | None = None
     try:
         if handle_signals:
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -207,13 +326,16 @@ async def run_fetch(
         run = _Run(options, journal, total, len(done))
         if options.save_dir is not None:
             os.makedirs(options.save_dir, exist_ok=True)
-        async with Client(options.client_options(), clock=clock) as client:
+        if backend is None:
+            backend = LocalBackend(options, clock=clock)
+        async with backend:
             try:
                 interrupted = await _drive(
-                    run, client, input_path, done, stop_event, started, on_progress
+                    run, backend, input_path, done, stop_event, started, on_progress
                 )
             finally:
-                trips = client.statistics().breaker_trips
+                stats = backend.statistics()
+                trips, workers = stats.breaker_trips, stats.workers
         journal.flush()
         previous_trips = int(journal.get_meta("breaker_trips") or 0)
         journal.set_meta("breaker_trips", str(previous_trips + trips))
@@ -228,6 +350,7 @@ async def run_fetch(
             breaker_trips=previous_trips + trips,
             elapsed_s=time.monotonic() - started,
             output=options.output,
+            workers=workers,
         )
     finally:
         for signum in signals:
@@ -244,65 +367,71 @@ async def run_fetch(
 
 async def _drive(
     run: _Run,
-    client: Client,
+    backend: FetchBackend,
     input_path: str,
     done: set[int],
     stop: asyncio.Event,
     started: float,
     on_progress: Callable[[ProgressState], object] | None,
 ) -> bool:
-    """Run the producer, the workers and the ticker; True when stopped early."""
+    """Run the backend's fetch and the ticker; True when stopped early."""
     options = run.options
-    queue: asyncio.Queue[FetchRequest | BadInput | None] = asyncio.Queue(
-        maxsize=options.concurrency * 4
+    fetching = asyncio.ensure_future(
+        backend.fetch(_pending(read_requests(input_path), done), run.record)
     )
-    producer = asyncio.ensure_future(_produce(queue, input_path, done, options.concurrency))
-    workers = [asyncio.ensure_future(_work(run, client, queue)) for _ in range(options.concurrency)]
     stopper = asyncio.ensure_future(stop.wait())
-    everything: asyncio.Future[Any] = asyncio.gather(producer, *workers)
-    waiters: set[asyncio.Future[Any]] = {everything, stopper}
+    waiters: set[asyncio.Future[Any]] = {fetching, stopper}
     with ProgressBar(enabled=options.progress) as bar:
-        display = _Display(run, client, bar, started, on_progress)
+        display = _Display(run, backend, bar, started, on_progress)
         ticker = asyncio.ensure_future(_tick(run, display))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            interrupted = not everything.done()
-            for task in (producer, *workers, stopper, ticker):
+            interrupted = not fetching.done()
+            for task in (fetching, stopper, ticker):
                 task.cancel()
-            await asyncio.gather(everything, stopper, ticker, return_exceptions=True)
+            await asyncio.gather(fetching, stopper, ticker, return_exceptions=True)
             display.draw()
     if not interrupted:
-        everything.result()  # re-raise a bug in a worker, if any
+        fetching.result()  # re-raise a bug, or a backend's failure, if any
     return interrupted
+
+
+async def _pending(
+    items: Iterable[FetchRequest | BadInput], done: set[int]
+) -> AsyncIterator[FetchRequest | BadInput]:
+    """The items whose line is not recorded yet."""
+    for item in items:
+        if item.line not in done:
+            yield item
 
 
 async def _produce(
     queue: asyncio.Queue[FetchRequest | BadInput | None],
-    input_path: str,
-    done: set[int],
+    items: AsyncIterator[FetchRequest | BadInput],
     workers: int,
 ) -> None:
-    for item in read_requests(input_path):
-        if item.line in done:
-            continue
+    async for item in items:
         await queue.put(item)
     for _ in range(workers):
         await queue.put(_STOP)
 
 
 async def _work(
-    run: _Run, client: Client, queue: asyncio.Queue[FetchRequest | BadInput | None]
+    options: FetchOptions,
+    client: Client,
+    queue: asyncio.Queue[FetchRequest | BadInput | None],
+    record: RecordSink,
 ) -> None:
     while True:
         item = await queue.get()
         if item is None:
             return
         if isinstance(item, BadInput):
-            record = output_record(item, error=item.error, kind=item.kind)
+            result = output_record(item, error=item.error, kind=item.kind)
         else:
-            record = await _fetch(run, client, item)
-        run.record(item.line, record)
+            result = await _fetch(options, client, item)
+        record(item.line, result)
 
 
 async def _tick(run: _Run, display: _Display) -> None:
@@ -317,7 +446,7 @@ class _Display:
     """Shows the run's progress: the bar, and the ``on_progress`` callback."""
 
     run: _Run
-    client: Client
+    backend: FetchBackend
     bar: ProgressBar
     started: float
     on_progress: Callable[[ProgressState], object] | None
@@ -332,7 +461,7 @@ class _Display:
             total=run.total,
             errors=run.errors,
             retries=run.retries,
-            open_breakers=self.client.statistics().open_breakers,
+            open_breakers=self.backend.statistics().open_breakers,
         )
         if on_progress is not None:
             on_progress(state)
@@ -341,7 +470,7 @@ class _Display:
             bar.update(state, run.fetched / elapsed)
 
 
-async def _fetch(run: _Run, client: Client, item: FetchRequest) -> dict[str, Any]:
+async def _fetch(options: FetchOptions, client: Client, item: FetchRequest) -> dict[str, Any]:
     started = time.monotonic()
     try:
         response = await client.request(
@@ -359,8 +488,8 @@ async def _fetch(run: _Run, client: Client, item: FetchRequest) -> dict[str, Any
         record["final_url"] = response.url
         record["content_type"] = response.headers.get("Content-Type")
         body = response.body
-        if run.options.save_dir is not None:
-            record["body_path"] = _save_body(run.options.save_dir, item.line, body)
+        if options.save_dir is not None:
+            record["body_path"] = _save_body(options.save_dir, item.line, body)
         else:
             try:
                 record["body"] = body.decode("utf-8")

@@ -11,6 +11,26 @@ from corun.resilience import LatencyHistogram
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerSummary:
+    """One worker of a run spread over Ray actors (``corun fetch --ray``).
+
+    Attributes:
+        id: the worker's index; it serves the hosts whose shard is ``id``.
+        hosts: distinct hosts of the lines it was sent in this run.
+        lines: lines it finished in this run.
+        requests_per_s: requests it sent (retries included) per second of
+            this run.
+        restarts: times it died and Ray restarted it.
+    """
+
+    id: int
+    hosts: int
+    lines: int
+    requests_per_s: float
+    restarts: int
+
+
+@dataclass(frozen=True, slots=True)
 class Summary:
     """What a ``corun fetch`` run did, over every recorded line (earlier runs included).
 
@@ -27,6 +47,8 @@ class Summary:
         breaker_trips: breaker openings, summed over runs.
         elapsed_s: this run's wall time.
         output: the output path.
+        workers: per worker, with ``--ray``; None on one machine (and then
+            left out of the JSON).
     """
 
     total: int
@@ -42,9 +64,13 @@ class Summary:
     breaker_trips: int
     elapsed_s: float
     output: str
+    workers: tuple[WorkerSummary, ...] | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
+        data = asdict(self)
+        if self.workers is None:
+            del data["workers"]
+        return json.dumps(data, indent=2, sort_keys=True)
 
     def render(self) -> str:
         """A few human-readable lines."""
@@ -57,6 +83,11 @@ class Summary:
         state = (
             "complete" if self.complete else ("interrupted" if self.interrupted else "incomplete")
         )
+        workers = [
+            f"  worker {w.id}: {w.hosts} hosts, {w.lines} lines, {w.requests_per_s:.1f} req/s"
+            + (f", {w.restarts} restarts" if w.restarts else "")
+            for w in self.workers or ()
+        ]
         return "\n".join(
             [
                 f"fetch {state}: {self.done}/{self.total} lines in {self.elapsed_s:.1f} s"
@@ -66,6 +97,7 @@ class Summary:
                 f"  latency: p50 {fmt(self.latency_p50_ms)}, p90 {fmt(self.latency_p90_ms)}, "
                 f"p99 {fmt(self.latency_p99_ms)}",
                 f"  retries: {self.retries}; breaker trips: {self.breaker_trips}",
+                *workers,
             ]
         )
 
@@ -79,6 +111,7 @@ def summarize(
     breaker_trips: int,
     elapsed_s: float,
     output: str,
+    workers: tuple[WorkerSummary, ...] | None = None,
 ) -> Summary:
     """A ``Summary`` of the journal's records (JSON strings); streams, with bounded memory."""
     by_status: dict[str, int] = {}
@@ -116,4 +149,5 @@ def summarize(
         breaker_trips=breaker_trips,
         elapsed_s=round(elapsed_s, 3),
         output=output,
+        workers=workers,
     )
