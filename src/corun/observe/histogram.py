@@ -59,7 +59,7 @@ class LatencyHistogram:
     @classmethod
     def copy_of(cls, histogram: Histogram) -> LatencyHistogram:
         """A copy of the loop's live histogram (safe from any thread)."""
-        counts = tuple(histogram.counts)
+        counts = tuple(histogram.counts())
         # Read the count from the copy: the loop may count more meanwhile.
         return cls(counts, sum(counts), histogram.total, histogram.max)
 

@@ -95,27 +95,43 @@ def bucket_bounds(index: int) -> tuple[int, int]:
 class Histogram:
     """Counts of durations in log-linear buckets (see ``bucket_of``), and their maximum.
 
-    Written by the loop's thread; read by others, which copy ``counts`` (a
-    list, so a copy is one C call under the GIL).
+    Written by the loop's thread; read by others through ``counts()``.
     """
 
     def __init__(self) -> None:
-        self.counts: list[int] = [0] * BUCKETS
+        # A bucket's count is low[i] + 256 * high[i]: low stays under 256, so
+        # counting never allocates (CPython keeps one object for each small
+        # int), where a plain count would make a new int object on every
+        # sample past 256. ``counts()`` adds them up.
+        self.low: list[int] = [0] * BUCKETS
+        self.high: list[int] = [0] * BUCKETS
         #: The sum of the durations, and the largest, in seconds.
         self.total: float = 0.0
         self.max: float = 0.0
 
     def record(self, seconds: float) -> None:
         """Count one duration (negative ones, from clock granularity, count as zero)."""
+        index: i64 = 0
         if seconds > 0.0:
             self.total += seconds
             if seconds > self.max:
                 self.max = seconds
             # Beyond i64 only after 292 years: clamped by bucket_of long before.
             ns: i64 = i64(seconds * 1e9) if seconds < 1e9 else i64(1 << 62)
-            self.counts[bucket_of(ns)] += 1
+            index = bucket_of(ns)
+        low = self.low
+        count = low[index]
+        if count < 255:
+            low[index] = count + 1
         else:
-            self.counts[0] += 1
+            low[index] = 0
+            self.high[index] += 1
+
+    def counts(self) -> list[int]:
+        """The count of each bucket (safe from any thread: a copy of each list first)."""
+        low = self.low[:]
+        high = self.high[:]
+        return [a + 256 * b for a, b in zip(low, high, strict=True)]
 
 
 # --- the flight recorder ----------------------------------------------------------
@@ -211,7 +227,7 @@ class LoopAccounting:
         # The running step. step_seq changes when a step starts; step_handle
         # is None between batches of handles (the loop waits or does its own
         # bookkeeping).
-        self.step_seq: int = 0
+        self.step_seq: i64 = 0
         self.step_start: float = 0.0
         self.step_handle: object = None
         self.step_task: Any = None
@@ -219,7 +235,7 @@ class LoopAccounting:
         # step_gc is its value when the running step started.
         self.gc_total: float = 0.0
         self.step_gc: float = 0.0
-        self.steps: int = 0
+        self.steps: i64 = 0
         self.busy: float = 0.0
         self.io_wait_total: float = 0.0
         self.io_wait_since: float = 0.0

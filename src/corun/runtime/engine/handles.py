@@ -98,7 +98,15 @@ def handle_queued(loop: LoopBase, handle: Handle) -> None:
     """Let observers see a handle that was just queued (``LoopBase._observed`` is set)."""
     accounting = loop._corun_accounting
     if accounting is not None:
-        handle._queued = accounting.clock()
+        # Queued by a running step: stamped with that step's start, which the
+        # loop has read already, rather than a clock read of its own, as
+        # often as steps wake tasks. The lateness counted is then from the
+        # start of the step that queued it: within that step's duration
+        # (microseconds; a longer one is a stall, reported as such).
+        if accounting.step_handle is not None:
+            handle._queued = accounting.step_start
+        else:
+            handle._queued = accounting.clock()
     instruments = loop._corun_instruments
     if instruments.task_scheduled:
         task = task_of(handle)
