@@ -433,15 +433,15 @@ def test_a_client_of_another_uid_is_refused_by_the_peer_check() -> None:
         finally:
             log = child.stop()
         refusals = re.findall(
-            rf"corun WARNING inspect: peer pid=(\d+) uid={daemon.pw_uid} request=- "
+            rf"corun.observe WARNING inspect: peer pid=(\d+) uid={daemon.pw_uid} request=- "
             r"outcome=refused bytes=(\d+) ms=[\d.]+",
             log,
         )
         assert len(refusals) == 1, log
         assert int(refusals[0][1]) == len(refused.stdout)
-        assert re.search(r"corun INFO inspect: peer pid=\d+ uid=0 request=ps outcome=ok ", log)
+        assert re.search(r"corun.observe INFO inspect: peer pid=\d+ uid=0 request=ps outcome=ok ", log)
         assert re.search(
-            rf"corun INFO inspect: peer pid=\d+ uid={nobody.pw_uid} request=ps outcome=ok ", log
+            rf"corun.observe INFO inspect: peer pid=\d+ uid={nobody.pw_uid} request=ps outcome=ok ", log
         )
     finally:
         shutil.rmtree(base)

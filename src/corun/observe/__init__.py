@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import logging
 import os
 from collections.abc import Callable
 from typing import Any, Final
@@ -33,10 +32,9 @@ from corun.observe.observer import (
     ObserveError,
     Observer,
 )
+from corun.observe.protocol import logger
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
 from corun.runtime.loop import EventLoop
-
-logger: Final = logging.getLogger("corun")
 
 #: The environment switch: any value but "" and "0" turns observation on.
 ENVIRONMENT_SWITCH: Final = "CORUN_OBSERVE"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import faulthandler
 import gc
-import logging
 import os
 import re
 import tempfile
@@ -29,10 +28,11 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from corun.observe.protocol import logger
+
 if TYPE_CHECKING:
     from corun.observe.observer import Observer
 
-logger: Final = logging.getLogger("corun")
 
 #: Seconds a C call may hold the GIL before faulthandler dumps every stack.
 BACKSTOP: Final = 1.0

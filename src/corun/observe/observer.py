@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import threading
 import time
 import weakref
@@ -19,13 +18,12 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from corun.observe.histogram import LatencyHistogram
+from corun.observe.protocol import logger
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
 from corun.observe.waits import await_chain, task_stack, thread_stack, waiting_on
 from corun.runtime.engine.accounting import KIND_NAMES, NOTE, STALL, SUMMARY, LoopAccounting
 from corun.runtime.engine.task_core import TaskCore, task_counters
 from corun.runtime.loop import EventLoop
-
-logger: Final = logging.getLogger("corun")
 
 #: The default stall threshold, and the lowest one allowed, in seconds.
 DEFAULT_STALL_THRESHOLD: Final = 0.1

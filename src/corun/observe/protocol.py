@@ -56,10 +56,18 @@ and nothing is evaluated. By hand::
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from collections.abc import Mapping
 from typing import Final
+
+#: What observation logs (stalls, audit lines, parts switched off): a child of
+#: the ``corun`` logger with a NullHandler, so that a program that configured no
+#: logging does not get these on its stderr (Python's last-resort handler); a
+#: program that did configure logging gets them through its handlers.
+logger: Final = logging.getLogger("corun.observe")
+logger.addHandler(logging.NullHandler())
 
 #: The request names the observed process serves.
 REQUESTS: Final = ("ps", "top", "dump", "metrics")

@@ -63,9 +63,9 @@ from corun.observe.protocol import (
     REQUEST_TIMEOUT,
     default_directory,
     ensure_directory,
+    logger,
     socket_path,
 )
-from corun.runtime.engine.instruments import logger
 
 #: ``struct ucred`` of ``SO_PEERCRED``: pid, uid, gid.
 _UCRED: Final = struct.Struct("3i")
