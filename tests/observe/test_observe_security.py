@@ -439,9 +439,12 @@ def test_a_client_of_another_uid_is_refused_by_the_peer_check() -> None:
         )
         assert len(refusals) == 1, log
         assert int(refusals[0][1]) == len(refused.stdout)
-        assert re.search(r"corun.observe INFO inspect: peer pid=\d+ uid=0 request=ps outcome=ok ", log)
         assert re.search(
-            rf"corun.observe INFO inspect: peer pid=\d+ uid={nobody.pw_uid} request=ps outcome=ok ", log
+            r"corun.observe INFO inspect: peer pid=\d+ uid=0 request=ps outcome=ok ", log
+        )
+        assert re.search(
+            rf"corun.observe INFO inspect: peer pid=\d+ uid={nobody.pw_uid} request=ps outcome=ok ",
+            log,
         )
     finally:
         shutil.rmtree(base)
