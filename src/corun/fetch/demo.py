@@ -36,7 +36,8 @@ from corun.fetch.demo_server import (
     DemoServer,
     DemoStats,
 )
-from corun.fetch.runner import FetchOptions, run_fetch
+from corun.fetch.options import FetchOptions
+from corun.fetch.runner import run_fetch
 from corun.fetch.summary import Summary
 
 DEFAULT_REQUESTS: Final = 20_000
