@@ -1,20 +1,30 @@
-"""aiohttp servers for the fetch-behaviour tests, each on 127.0.0.1 in a thread of its own.
+"""aiohttp servers for the fetch-behaviour tests, on 127.0.0.1.
 
-The server runs on its own loop and thread, so what it measures (requests in
-flight, arrival times) is not distorted by the client's loop, and the
-client runs ``run_fetch`` on corun's loop in the test's thread. Handlers
-update plain attributes; tests read them after ``close()``.
+``AppThread`` serves an app from a thread of the test's process (its own
+loop); handlers update plain attributes that tests read after it closes.
+
+``ServerProcess`` runs a capacity server (``shedding`` or ``latency``) in a
+process of its own (``python fetch_servers.py KIND ...``), so that what it
+measures (requests in flight, arrival times) is not distorted by the
+client's work: in one process the two would share the GIL, and a busy
+client would look like a slow server. Its ``Load`` comes back as JSON from
+``GET /_load``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import json
 import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import Any
+from dataclasses import asdict, dataclass, field
 
 from aiohttp import web
 
@@ -128,12 +138,7 @@ def shedding_app(load: Load, capacity: int, delay: float) -> Callable[[], web.Ap
             load.leave()
         return web.Response(text="ok")
 
-    def make() -> web.Application:
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", handle)
-        return app
-
-    return make
+    return _with_load_route(load, handle)
 
 
 def latency_app(load: Load, base: float, capacity: int) -> Callable[[], web.Application]:
@@ -148,12 +153,71 @@ def latency_app(load: Load, base: float, capacity: int) -> Callable[[], web.Appl
             load.leave()
         return web.Response(text="ok")
 
+    return _with_load_route(load, handle)
+
+
+def _with_load_route(
+    load: Load, handle: Callable[[web.Request], Any]
+) -> Callable[[], web.Application]:
+    async def report(request: web.Request) -> web.Response:
+        return web.json_response(asdict(load))
+
     def make() -> web.Application:
         app = web.Application()
+        app.router.add_get("/_load", report)
         app.router.add_get("/{tail:.*}", handle)
         return app
 
     return make
+
+
+class ServerProcess:
+    """``shedding_app`` or ``latency_app`` served by a child process; ``load()`` fetches its
+    ``Load``.
+
+    Args:
+        kind: ``"shedding"`` (args: capacity, delay) or ``"latency"`` (base, capacity).
+    """
+
+    def __init__(self, kind: str, *args: float) -> None:
+        self._argv = [sys.executable, __file__, kind, *map(str, args)]
+        self._proc: subprocess.Popen[str] | None = None
+        self.base = ""
+
+    def __enter__(self) -> ServerProcess:
+        self._proc = subprocess.Popen(self._argv, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        self.base = self._proc.stdout.readline().strip()
+        assert self.base.startswith("http://127.0.0.1:"), self.base
+        return self
+
+    def load(self) -> Load:
+        with urllib.request.urlopen(self.base + "/_load", timeout=30) as response:
+            data = json.loads(response.read())
+        return Load(
+            in_flight=data["in_flight"],
+            events=[(t, step) for t, step in data["events"]],
+            arrivals=[(t, n, refused) for t, n, refused in data["arrivals"]],
+        )
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._proc is not None
+        self._proc.terminate()
+        self._proc.wait(10)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+def _serve_forever(kind: str, args: list[str]) -> None:
+    load = Load()
+    if kind == "shedding":
+        make = shedding_app(load, int(args[0]), float(args[1]))
+    else:
+        make = latency_app(load, float(args[0]), int(float(args[1])))
+    server = AppThread(make)
+    with server:
+        print(server.base, flush=True)
+        threading.Event().wait()
 
 
 def refused_port() -> tuple[socket.socket, int]:
@@ -164,3 +228,7 @@ def refused_port() -> tuple[socket.socket, int]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     return sock, int(sock.getsockname()[1])
+
+
+if __name__ == "__main__":
+    _serve_forever(sys.argv[1], sys.argv[2:])

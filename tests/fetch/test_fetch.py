@@ -82,9 +82,7 @@ def test_fetch_writes_one_line_per_input_line(server: ThreadServer, tmp_path: Pa
     src.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.jsonl"
     summary_path = tmp_path / "summary.json"
-    options = FetchOptions(
-        input=str(src), output=str(out), summary_json=str(summary_path), **FAST
-    )
+    options = FetchOptions(input=str(src), output=str(out), summary_json=str(summary_path), **FAST)
     summary = corun.run(run_fetch(options))
     assert summary.complete and summary.done == summary.total == len(lines)
     records = read_jsonl(out)

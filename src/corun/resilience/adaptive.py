@@ -8,8 +8,8 @@ applied to requests in flight, as Netflix's ``AIMDLimit`` does:
   healthy response, so it doubles every round trip, until the first sign of
   overload. A dependency that never pushes back reaches ``max_limit`` after
   ``max_limit - initial`` responses: well under a second for a fast API.
-* **Additive increase.** After the first decrease, each healthy response
-  adds ``1 / limit``: one more call in flight per round trip.
+* **Additive increase.** After the first decrease, every ``limit`` healthy
+  responses add one: one more call in flight per round trip.
 * **Multiplicative decrease.** An overload signal (the caller reports 429,
   503 or a timeout as ``overloaded``) multiplies the limit by ``backoff``;
   a response slower than ``latency_tolerance`` times the baseline (and
@@ -18,9 +18,10 @@ applied to requests in flight, as Netflix's ``AIMDLimit`` does:
   sent under the old limit; their signals cannot be news, so they do not
   decrease it again (TCP's "once per window"). Without that, one burst of
   50 rejected calls would take the limit from 64 to 1.
-* **Only when used.** The limit grows only while at least half of it is in
-  use: a limit the caller does not need says nothing about the dependency,
-  and would let a later burst go out unchecked.
+* **Only when used.** A response makes the limit grow only if at least half
+  of the limit was in use at some point since its call started: a limit
+  the caller does not need says nothing about the dependency, and would let
+  a later burst go out unchecked.
 * **Baseline.** The baseline latency is the least latency seen over the
   last one to two ``baseline_window`` s (a minimum over two rotating
   buckets), so it follows a dependency that got slower for good.
@@ -149,7 +150,9 @@ class AdaptiveLimit:
     __slots__ = (
         "_bucket_min",
         "_bucket_start",
+        "_busy_at",
         "_clock",
+        "_credit",
         "_decreased_at",
         "_limit",
         "_previous_min",
@@ -167,11 +170,15 @@ class AdaptiveLimit:
         # Invariant: min_limit <= _limit <= max_limit; in_flight >= 0 counts
         # acquire() calls not yet reported. The baseline is the least of
         # _bucket_min (samples since _bucket_start) and _previous_min (the
-        # bucket before); both are inf before any sample.
+        # bucket before); both are inf before any sample. _busy_at is the last
+        # time an acquire left at least half the limit in use; _credit counts
+        # healthy answers towards the next additive increase.
         self._limit = float(options.initial)
         self.in_flight = 0
         self.slow_start = True
         self._decreased_at = -math.inf
+        self._busy_at = -math.inf
+        self._credit = 0
         self._bucket_min = math.inf
         self._previous_min = math.inf
         self._bucket_start = self._clock.now()
@@ -197,10 +204,14 @@ class AdaptiveLimit:
 
     def acquire(self) -> float | None:
         """Take a slot for one call: its start time, or None when the limit is reached."""
-        if self.in_flight >= int(self._limit):
+        limit = int(self._limit)
+        if self.in_flight >= limit:
             return None
         self.in_flight += 1
-        return self._clock.now()
+        now = self._clock.now()
+        if self.in_flight * 2 >= limit:
+            self._busy_at = now
+        return now
 
     def succeeded(self, started: float) -> None:
         """The call that ``acquire`` returned ``started`` for got a healthy answer."""
@@ -221,11 +232,15 @@ class AdaptiveLimit:
             self._decrease(started, now, options.latency_backoff)
             return
         limit = self._limit
-        if limit >= options.max_limit or (self.in_flight + 1) * 2 < limit:
+        if limit >= options.max_limit or self._busy_at < started:
             return  # at the ceiling, or not using what it has
-        grown = limit + (1.0 if self.slow_start else 1.0 / limit)
-        if grown > options.max_limit:
-            grown = float(options.max_limit)
+        if not self.slow_start:
+            # One more per round trip: per int(limit) healthy answers.
+            self._credit += 1
+            if self._credit < int(limit):
+                return
+            self._credit = 0
+        grown = min(float(options.max_limit), limit + 1.0)
         if int(grown) > int(limit):
             self.increases += 1
             self.peak = max(self.peak, int(grown))
@@ -246,6 +261,7 @@ class AdaptiveLimit:
         self.slow_start = False
         self._decreased_at = now
         self.decreases += 1
+        self._credit = 0
         self._limit = max(float(self.options.min_limit), self._limit * factor)
 
     def statistics(self) -> AdaptiveLimitStatistics:
