@@ -23,8 +23,8 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from aiohttp import web
 

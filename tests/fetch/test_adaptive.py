@@ -21,11 +21,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fetch_servers import ServerProcess
 
 import corun
 from corun.fetch import FetchOptions, run_fetch
 from corun.resilience import AdaptiveLimitOptions
-from fetch_servers import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from fetch_servers import AppThread, refused_port
 
 import corun
 from corun.fetch import FetchOptions, ProgressState, run_fetch
-from fetch_servers import AppThread, refused_port
 
 pytestmark = pytest.mark.timeout(120)
 
