@@ -67,33 +67,42 @@ def test_after_a_decrease_it_grows_by_one_per_round_trip() -> None:
     assert [round_trip(limit, clock, 0.05) for _ in range(4)] == [5, 6, 7, 8]
 
 
-def test_latency_well_above_the_baseline_shrinks_the_limit() -> None:
+def answer(limit: AdaptiveLimit, clock: MockClock, latencies: list[float]) -> None:
+    """Send ``len(latencies)`` calls at once; answer them after those latencies."""
+    started = [limit.acquire() for _ in latencies]
+    elapsed = 0.0
+    for at, latency in sorted(zip(started, latencies, strict=True), key=lambda p: p[1]):
+        assert at is not None
+        clock.advance(latency - elapsed)
+        elapsed = latency
+        limit.succeeded(at)
+
+
+def test_a_round_trip_whose_median_latency_doubles_shrinks_the_limit() -> None:
     clock = MockClock()
-    options = AdaptiveLimitOptions(initial=10, max_limit=64, latency_slack=0.02)
+    options = AdaptiveLimitOptions(initial=20, max_limit=20, latency_slack=0.02)
     limit = AdaptiveLimit(options, clock=clock)
-    round_trip(limit, clock, 0.05)  # baseline 50 ms
-    assert limit.limit == 20
-    # Twice the baseline, but not latency_slack above it: jitter, not queueing.
-    small = AdaptiveLimit(options, clock=clock)
-    round_trip(small, clock, 0.001)
-    at = small.acquire()
-    assert at is not None
-    clock.advance(0.015)
-    small.succeeded(at)
-    assert small.decreases == 0
-    # 2.1x the baseline and 55 ms above it: the limit shrinks by latency_backoff.
-    at = limit.acquire()
-    assert at is not None
-    clock.advance(0.105)
-    limit.succeeded(at)
+    answer(limit, clock, [0.05] * 20)  # baseline 50 ms
+    assert (limit.limit, limit.decreases) == (20, 0)
+    # A minority of slow answers (slow pages) is not queueing.
+    answer(limit, clock, [0.05] * 11 + [0.5] * 9)
+    assert limit.decreases == 0
+    # Up to latency_tolerance times the baseline is healthy.
+    answer(limit, clock, [0.099] * 20)
+    assert limit.decreases == 0
+    # A round trip whose median is 2.1x the baseline and 55 ms above it:
+    # one decrease by latency_backoff.
+    answer(limit, clock, [0.105] * 20)
     assert limit.decreases == 1
     assert limit.limit == int(20 * options.latency_backoff)
-    # Up to latency_tolerance times the baseline is healthy.
-    at = limit.acquire()
-    assert at is not None
-    clock.advance(0.099)
-    limit.succeeded(at)
-    assert limit.decreases == 1
+
+
+def test_latency_slack_keeps_jitter_on_a_fast_dependency_from_shrinking_it() -> None:
+    clock = MockClock()
+    limit = AdaptiveLimit(AdaptiveLimitOptions(initial=8, latency_slack=0.02), clock=clock)
+    answer(limit, clock, [0.001] * 8)
+    answer(limit, clock, [0.015] * 8)  # 15x the baseline, but only 14 ms above it
+    assert limit.decreases == 0
 
 
 def test_it_does_not_grow_a_limit_it_does_not_use() -> None:
@@ -141,6 +150,7 @@ def test_ignored_calls_release_their_slot_and_change_nothing() -> None:
         {"latency_tolerance": 1.0},
         {"latency_slack": -1.0},
         {"baseline_window": 0.0},
+        {"latency_samples": 0},
     ],
 )
 def test_options_are_validated(options: dict[str, float]) -> None:

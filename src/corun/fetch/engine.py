@@ -11,8 +11,7 @@ and settles the outcome with the host's policies, all plain method calls
 (no coroutine layer per policy). A host lets a line start when:
 
 * it is not **paused**: a 429 or 503 with ``Retry-After`` pauses the whole
-  host for that long (bounded by ``max_retry_after``); a 429 without one
-  pauses it for the line's backoff;
+  host for that long (bounded by ``max_retry_after``);
 * its **breaker** admits a call: open, it refuses until ``open_duration``
   has passed, then lets one probe through; the probe's success closes it;
 * its **adaptive limit** (``corun.resilience.AdaptiveLimit``) has room;
@@ -35,7 +34,7 @@ outcome                      breaker   limit    the line                host
 ===========================  ========  =======  ======================  ========
 2xx-4xx (but 429)            success   sample   done                    -
 429/503 with Retry-After     neither   shrink   again, no retry spent   paused
-429 without Retry-After      neither   shrink   a retry                 paused
+429 without Retry-After      neither   shrink   a retry                 -
 502, 503, 504                failure   shrink   a retry                 -
 other 5xx                    failure   -        a retry                 -
 timeout                      failure   shrink   a retry                 -
@@ -182,7 +181,7 @@ class HostCounts:
 
     Attributes:
         healthy: hosts neither paused nor unavailable.
-        paused: hosts paused by ``Retry-After`` (or a 429) now.
+        paused: hosts paused by ``Retry-After`` now.
         paused_until: the latest end of those pauses, in seconds from now
             (None when none is paused).
         unavailable: hosts whose breaker is not closed, or given up.
@@ -202,7 +201,7 @@ class HostReport:
         requests: attempts sent to it.
         limit: its adaptive limit at the end; peak: the highest it reached.
         decreases: times its limit shrank.
-        pauses: times it was paused by a ``Retry-After`` or a 429.
+        pauses: times it was paused by a ``Retry-After``.
         unavailable: True when it was given up.
     """
 
@@ -221,7 +220,7 @@ class EngineStatistics:
     Attributes:
         attempts: requests sent.
         deferred: lines that waited on a paused host or an open breaker.
-        pauses: host pauses by ``Retry-After`` or a 429.
+        pauses: host pauses by ``Retry-After``.
         breaker_trips: host breakers that opened.
         given_up: lines ended as ``host_unavailable``.
     """
@@ -527,10 +526,7 @@ class FetchEngine:
                         self._pause(host, delay)
                         host.queue.appendleft(job)
                         return
-                elif self._may_retry(job):
-                    job.retries += 1
-                    self._pause(host, self._retry.backoff(job.retries))
-                    host.queue.appendleft(job)
+                elif self._retry_later(job):
                     return
                 self._finish(job, self._response_record(job, response))
                 return
@@ -584,6 +580,10 @@ class FetchEngine:
                 # that always fails cannot keep a healthy host unavailable.
                 host.queue.append(job)
             return True
+        return self._retry_later(job)
+
+    def _retry_later(self, job: _Job) -> bool:
+        """Spend one of the line's retries: queue it again after a jittered backoff."""
         if not self._may_retry(job):
             return False
         job.retries += 1

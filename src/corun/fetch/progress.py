@@ -25,7 +25,7 @@ class ProgressState:
     ``done``, ``errors`` and ``retries`` count over every recorded line,
     earlier runs included, as the summary does; ``retries`` are attempts
     beyond the first. The hosts are ``healthy``, ``paused`` (by a
-    ``Retry-After`` or a 429, the last pause ending ``paused_for`` seconds
+    ``Retry-After``, the last pause ending ``paused_for`` seconds
     from now, None when none is paused) or ``unavailable`` (breaker open or
     half-open, or given up); ``open_breakers`` counts the breakers not closed.
     """

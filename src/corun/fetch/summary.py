@@ -33,7 +33,7 @@ class Summary:
         output: the output path.
         deferred: lines that waited for their host (paused, or its breaker
             open) in this run.
-        host_pauses: hosts paused by ``Retry-After`` or a 429, in this run.
+        host_pauses: host pauses by ``Retry-After``, in this run.
         hosts: per host (``host:port``, the 100 with most requests) in this
             run: requests, its adaptive limit at the end and at its peak,
             its decreases and pauses, and whether it was given up.

@@ -11,9 +11,13 @@ applied to requests in flight, as Netflix's ``AIMDLimit`` does:
 * **Additive increase.** After the first decrease, every ``limit`` healthy
   responses add one: one more call in flight per round trip.
 * **Multiplicative decrease.** An overload signal (the caller reports 429,
-  503 or a timeout as ``overloaded``) multiplies the limit by ``backoff``;
-  a response slower than ``latency_tolerance`` times the baseline (and
-  ``latency_slack`` above it) multiplies it by ``latency_backoff``.
+  503 or a timeout as ``overloaded``) multiplies the limit by ``backoff``.
+  Latency is judged once per round trip: when the median latency of the
+  last round trip's answers (at least ``latency_samples`` of them) is more
+  than ``latency_tolerance`` times the baseline (and ``latency_slack``
+  above it), the limit is multiplied by ``latency_backoff``. The median,
+  not each answer: a host serves slow pages and fast ones, and a minority of
+  slow pages says nothing about its load, while queueing slows them all.
 * **Once per round trip.** Calls that started before the last decrease were
   sent under the old limit; their signals cannot be news, so they do not
   decrease it again (TCP's "once per window"). Without that, one burst of
@@ -65,12 +69,16 @@ class AdaptiveLimitOptions:
         min_limit: the limit never goes below this, in [1, max_limit].
         max_limit: the ceiling, in [1, 100000].
         backoff: the factor applied on an overload signal, in (0, 1).
-        latency_backoff: the factor applied when latency rises, in (0, 1).
+        latency_backoff: the factor applied when latency rises, in (0, 1);
+            less (down to ``backoff``) when it rose far above the tolerance.
         latency_tolerance: latency above this many times the baseline is a
             rise, in [1.1, 100].
         latency_slack: ... and only if it is at least this many seconds above
             the baseline too, in [0, 60] (so that jitter on a sub-millisecond
             baseline is not taken for queueing).
+        latency_samples: the latency signal is the median of this many
+            answers, or of ``limit`` answers (one round trip) when that is
+            more, in [1, 10000].
         baseline_window: seconds over which the baseline is the least
             latency seen, in (0, 86400].
     """
@@ -82,6 +90,7 @@ class AdaptiveLimitOptions:
     latency_backoff: float = 0.8
     latency_tolerance: float = 2.0
     latency_slack: float = 0.02
+    latency_samples: int = 8
     baseline_window: float = 60.0
 
     def __post_init__(self) -> None:
@@ -106,6 +115,7 @@ class AdaptiveLimitOptions:
             "latency_slack",
             _validate.number(owner, "latency_slack", self.latency_slack, low=0.0, high=60.0),
         )
+        _validate.count(owner, "latency_samples", self.latency_samples, high=10_000)
         _validate.normalize(self, owner, "baseline_window", _validate.seconds)
 
 
@@ -156,6 +166,8 @@ class AdaptiveLimit:
         "_decreased_at",
         "_limit",
         "_previous_min",
+        "_window",
+        "_window_size",
         "decreases",
         "in_flight",
         "increases",
@@ -172,13 +184,17 @@ class AdaptiveLimit:
         # _bucket_min (samples since _bucket_start) and _previous_min (the
         # bucket before); both are inf before any sample. _busy_at is the last
         # time an acquire left at least half the limit in use; _credit counts
-        # healthy answers towards the next additive increase.
+        # healthy answers towards the next additive increase. _window holds
+        # the latencies of healthy answers to calls sent since the last
+        # decrease, until there are enough for the latency signal.
         self._limit = float(options.initial)
         self.in_flight = 0
         self.slow_start = True
         self._decreased_at = -math.inf
         self._busy_at = -math.inf
         self._credit = 0
+        self._window: list[float] = []
+        self._window_size = options.latency_samples
         self._bucket_min = math.inf
         self._previous_min = math.inf
         self._bucket_start = self._clock.now()
@@ -225,12 +241,24 @@ class AdaptiveLimit:
             self._bucket_start = now
         if latency < self._bucket_min:
             self._bucket_min = latency
-        baseline = min(self._bucket_min, self._previous_min)
-        if latency > baseline * options.latency_tolerance and (
-            latency - baseline > options.latency_slack
-        ):
-            self._decrease(started, now, options.latency_backoff)
-            return
+        if started >= self._decreased_at:
+            window = self._window
+            if not window:  # a new round trip: its size is the limit now
+                self._window_size = max(options.latency_samples, int(self._limit))
+            window.append(latency)
+            if len(window) >= self._window_size:
+                window.sort()
+                median = window[len(window) // 2]
+                window.clear()
+                baseline = min(self._bucket_min, self._previous_min)
+                target = baseline * options.latency_tolerance
+                if median > target and median - baseline > options.latency_slack:
+                    # Far above the target, fall back in proportion (a gradient
+                    # step, at most backoff): a slow start that overshot comes
+                    # back in one or two round trips, not ten.
+                    factor = min(options.latency_backoff, max(options.backoff, target / median))
+                    self._decrease(started, now, factor)
+                    return
         limit = self._limit
         if limit >= options.max_limit or self._busy_at < started:
             return  # at the ceiling, or not using what it has
@@ -262,6 +290,7 @@ class AdaptiveLimit:
         self._decreased_at = now
         self.decreases += 1
         self._credit = 0
+        self._window.clear()
         self._limit = max(float(self.options.min_limit), self._limit * factor)
 
     def statistics(self) -> AdaptiveLimitStatistics:
