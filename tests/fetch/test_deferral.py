@@ -219,3 +219,35 @@ def test_host_counts_show_a_pause_and_when_it_ends(tmp_path: Path) -> None:
     assert "1 paused (for " in paused[0].hosts_text()
     assert elapsed >= 1.9  # the pause held every request to the host
     assert hits["/busy"] == 2
+
+
+def test_the_engine_forgets_idle_hosts_beyond_max_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corun.fetch import FetchEngine, engine, parse_line
+    from corun.http import Client
+
+    monkeypatch.setattr(engine, "MAX_HOSTS", 1)
+    server = Patience()
+    records: dict[int, dict[str, Any]] = {}
+    with (
+        AppThread(server.make_app) as one,
+        AppThread(server.make_app) as two,
+        AppThread(server.make_app) as three,
+    ):
+        urls = [f"{app.base}/ok/{i}" for app in (one, two, three) for i in range(5)]
+        items = [parse_line(n, url.encode()) for n, url in enumerate(urls, start=1)]
+        options = FetchOptions(input="-", output=str(tmp_path / "o"), concurrency=1)
+
+        async def main() -> tuple[int, int]:
+            async with Client(options.client_options()) as client:
+                fetcher = FetchEngine(options, client, records.__setitem__)
+                await fetcher.run(items)
+                return len(fetcher.host_reports()), fetcher.statistics().attempts
+
+        hosts, attempts = corun.run(main())
+    assert sorted(records) == list(range(1, 16))
+    assert all(r["status"] == 200 for r in records.values())
+    # Each host was forgotten when its last line was recorded, but the last
+    # one (the engine then knew no more than MAX_HOSTS).
+    assert (hosts, attempts) == (1, 15)

@@ -142,6 +142,8 @@ def test_rate_is_an_optional_hard_limit(server: ThreadServer, tmp_path: Path) ->
     assert parse(["fetch", "in", "-o", "out"]).rate is None
     assert parse(["fetch", "in", "-o", "out", "--rate", "2.5"]).rate == 2.5
     assert parse(["fetch", "in", "-o", "out", "--no-rate-limit"]).rate is None
+    args = parse(["fetch", "in", "-o", "out", "--retry-failed", "--host-give-up", "30"])
+    assert (args.retry_failed, args.host_give_up) == (True, 30.0)
     # 15 requests to one host at 10/s with a burst of 10: the last 5 wait 0.1 s each.
     src = tmp_path / "in.txt"
     src.write_text("".join(f"{server.base}/ok?n={i}\n" for i in range(15)))

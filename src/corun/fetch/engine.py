@@ -50,7 +50,8 @@ A line is sent again after a ``Retry-After`` at most ``MAX_PATIENCE``
 times; then its last answer is its result.
 
 Memory: at most ``max_held`` lines are held (queued, waiting or in
-flight); reading the input waits for room.
+flight); reading the input waits for room. Beyond ``MAX_HOSTS`` hosts, a
+host that holds no line is forgotten.
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ MAX_PATIENCE: Final = 20
 _OVERLOAD: Final = frozenset({429, 502, 503, 504})
 #: Lines read from the input per pass before the reader yields to the loop.
 _READ_BATCH: Final = 256
+#: Hosts kept at most: beyond it, a host is forgotten (its limit and counts
+#: with it) as soon as it holds no line, so that an input of a million
+#: distinct hosts does not keep a million limits.
+MAX_HOSTS: Final = 10_000
 
 #: A finished line: its number and its output record.
 OnRecord = Callable[[int, dict[str, Any]], object]
@@ -143,6 +148,7 @@ class _Host:
         "blocks",
         "bucket",
         "given_up",
+        "held",
         "key",
         "limit",
         "listed",
@@ -159,13 +165,15 @@ class _Host:
         # Invariant: listed is True exactly when the host is in the engine's
         # ready deque; timer is armed for timer_at, or None. unavailable_since
         # is set while the host's breaker is not closed (None otherwise), and
-        # given_up only after it stayed so for host_give_up seconds.
+        # given_up only after it stayed so for host_give_up seconds. held
+        # counts its lines taken from the input and not yet recorded.
         self.key = key
         self.queue: deque[_Job] = deque()
         self.limit = limit
         self.bucket = bucket
         self.paused_until = 0.0
         self.blocks = 0
+        self.held = 0
         self.sent = 0
         self.unavailable_since: float | None = None
         self.unavailable_reason = ""
@@ -318,6 +326,7 @@ class FetchEngine:
             if host is None:
                 host = hosts[key] = self._new_host(key)
             self._held += 1
+            host.held += 1
             job = _Job(item, host)
             if host.given_up:
                 self._give_up_job(job)
@@ -675,6 +684,10 @@ class FetchEngine:
         if first is not None:
             record["elapsed_ms"] = round((self._now() - first) * 1000.0, 3)
         self._held -= 1
+        host = job.host
+        host.held -= 1
+        if host.held == 0 and len(self._hosts) > MAX_HOSTS:
+            self._forget(host)
         self._on_record(job.item.line, record)
         room = self._room
         if room is not None and self._held < self.max_held:
@@ -683,6 +696,14 @@ class FetchEngine:
                 room.set_result(None)
         if self._held == 0:
             self._check_done()
+
+    def _forget(self, host: _Host) -> None:
+        """Drop an idle host (no line held: none queued, waiting or in flight)."""
+        if host.timer is not None:
+            host.timer.cancel()
+            host.timer = None
+        if self._hosts.get(host.key) is host:
+            del self._hosts[host.key]
 
     # ---- introspection
 
