@@ -379,12 +379,15 @@ class FetchEngine:
                 waiter.set_result(None)
                 return
 
-    def _list(self, host: _Host) -> None:
-        """Put ``host`` in the ready deque (it may have a line to start) and wake a worker."""
+    def _list(self, host: _Host, *, wake: bool = True) -> None:
+        """Put ``host`` in the ready deque (it may have a line to start) and wake a worker.
+
+        ``wake=False``: the caller is a worker that looks for a line next.
+        """
         if not host.listed and host.queue:
             host.listed = True
             self._ready.append(host)
-            if self._idle:
+            if wake and self._idle:
                 self._wake_one()
 
     # ---- choosing the next line
@@ -399,9 +402,10 @@ class FetchEngine:
             host = ready[0]
             job, wake_at = self._start(host, now)
             if job is not None:
-                if host.queue:
+                if host.queue and not host.limit.full:
                     ready.rotate(-1)  # round-robin between hosts
                 else:
+                    # Empty or full: listed again when a call of it ends.
                     ready.popleft()
                     host.listed = False
                 return job
@@ -498,7 +502,7 @@ class FetchEngine:
         else:
             self._settle_response(job, response)
         if host.queue:
-            self._list(host)
+            self._list(host, wake=False)  # this worker takes the next line itself
 
     def _end_permit(self, job: _Job, *, failed: bool | None) -> None:
         """Report the attempt to the host's breaker (None: no verdict)."""
