@@ -1,7 +1,7 @@
 """Client CPU per request of ``run_fetch`` (policies, journal, summary and output included).
 
     .venv/bin/python -m benchmarks.fetch_cpu [--requests 20000] [--concurrency 64]
-        [--repeat 3] [--profile PATH] [--stub-wire]
+        [--repeat 3] [--profile PATH] [--stub-wire] [--no-adaptive] [--verbose]
 
 Against a local aiohttp server in a process of its own (uvloop when installed), it measures
 the fetching process's CPU time (``os.times``: user + system, and user alone) over one
@@ -33,6 +33,8 @@ import tempfile
 import time
 
 USER: list[float] = []
+VERBOSE = False
+ADAPTIVE = True
 
 _SERVER = r"""
 import sys
@@ -99,7 +101,9 @@ def _run_once(
     with open(src, "w") as stream:
         stream.write("".join(f"{base}/r/{i}\n" for i in range(requests)))
     fields = FetchOptions.__dataclass_fields__
-    extra = {"rate": None} if "rate" in fields else {}
+    extra: dict[str, object] = {"rate": None} if "rate" in fields else {}
+    if "adaptive" in fields and not ADAPTIVE:
+        extra["adaptive"] = False
     options = FetchOptions(
         input=src,
         output=out,
@@ -120,6 +124,12 @@ def _run_once(
     cpu = user + after.system - before.system
     USER.append(user / requests * 1e6)
     assert summary.complete and summary.by_status == {"200": requests}, summary
+    hosts = getattr(summary, "hosts", None)
+    if hosts and VERBOSE:
+        print(
+            "  per-host limit:",
+            {k: (v["peak"], v["limit"], v["decreases"]) for k, v in hosts.items()},
+        )
     if profiler is not None and profile:
         profiler.dump_stats(profile)
     return cpu / requests * 1e6
@@ -136,7 +146,16 @@ def main() -> int:
     parser.add_argument(
         "--stub-wire", action="store_true", help="no server: a canned 200 per request"
     )
+    parser.add_argument(
+        "--no-adaptive",
+        action="store_true",
+        help="fixed per-host limit (FetchOptions(adaptive=False)), as the fetcher had before",
+    )
+    parser.add_argument("--verbose", action="store_true", help="print each run's per-host limit")
     args = parser.parse_args()
+    global ADAPTIVE, VERBOSE
+    ADAPTIVE = not args.no_adaptive
+    VERBOSE = args.verbose
     port = _free_port()
     server = None
     if args.stub_wire:

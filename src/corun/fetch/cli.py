@@ -78,6 +78,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fetch.add_argument("--summary-json", default=None, metavar="PATH")
     fetch.add_argument("--no-progress", action="store_true", help="no progress bar")
     fetch.add_argument(
+        "--no-adaptive",
+        action="store_true",
+        help="keep --per-host in flight to each host from the start (for servers you own)",
+    )
+    fetch.add_argument(
         "--retry-failed",
         action="store_true",
         help="fetch again the journalled lines that ended with an error or 429/502/503/504",
@@ -98,6 +103,7 @@ def main(args: argparse.Namespace) -> int:
             summary_json=args.summary_json,
             progress=not args.no_progress,
             retry_failed=args.retry_failed,
+            adaptive=not args.no_adaptive,
             **{name: getattr(args, name) for name in _TUNING},
             **extra,
         )

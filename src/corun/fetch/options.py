@@ -26,6 +26,8 @@ class FetchOptions:
         per_host: the ceiling of each host's adaptive limit on requests in
             flight, in [1, 10000]. Each host starts at 2 (or less) and grows
             while it answers fast and healthy (``docs/fetch.md``).
+        adaptive: False keeps ``per_host`` in flight to every host from the
+            start, whatever its answers (for servers you own and know).
         rate: a hard limit on requests per second to one host; None (the
             default): only the adaptive limit paces a host.
         retries: retries of a line after its first attempt, spent on errors
@@ -58,6 +60,7 @@ class FetchOptions:
     output: str
     concurrency: int = 32
     per_host: int = 8
+    adaptive: bool = True
     rate: float | None = None
     retries: int = 3
     retry_delay: float = 0.25
@@ -87,8 +90,9 @@ class FetchOptions:
         _validate.number(owner, "retry_delay", self.retry_delay, low=0.0, high=60.0)
         _validate.number(owner, "host_give_up", self.host_give_up, low=0.001, high=604_800.0)
         _validate.normalize(self, owner, "max_retry_after", _validate.seconds)
-        if not isinstance(self.retry_failed, bool):
-            raise TypeError(f"{owner}.retry_failed must be a bool, got {self.retry_failed!r}")
+        for name in ("adaptive", "retry_failed"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{owner}.{name} must be a bool, got {getattr(self, name)!r}")
         # These validate the rest.
         self.client_options()
         self.breaker_options()
@@ -134,5 +138,8 @@ class FetchOptions:
         )
 
     def limit_options(self) -> AdaptiveLimitOptions:
-        """The options of each host's adaptive limit: it starts small, ``per_host`` is the ceiling."""
+        """The options of each host's limit: from 2 up to ``per_host``; fixed when not adaptive."""
+        if not self.adaptive:
+            per_host = self.per_host
+            return AdaptiveLimitOptions(initial=per_host, min_limit=per_host, max_limit=per_host)
         return AdaptiveLimitOptions(initial=min(2, self.per_host), max_limit=self.per_host)
