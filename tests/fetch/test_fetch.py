@@ -144,6 +144,12 @@ def test_rate_is_an_optional_hard_limit(server: ThreadServer, tmp_path: Path) ->
     assert parse(["fetch", "in", "-o", "out", "--no-rate-limit"]).rate is None
     args = parse(["fetch", "in", "-o", "out", "--retry-failed", "--host-give-up", "30"])
     assert (args.retry_failed, args.host_give_up) == (True, 30.0)
+    assert parse(["fetch", "in", "-o", "out", "--no-adaptive"]).no_adaptive is True
+    # Adaptive: from 2 up to per_host; fixed: per_host from the start, never less.
+    adaptive = FetchOptions(input="x", output="y", per_host=16).limit_options()
+    assert (adaptive.initial, adaptive.min_limit, adaptive.max_limit) == (2, 1, 16)
+    fixed = FetchOptions(input="x", output="y", per_host=16, adaptive=False).limit_options()
+    assert (fixed.initial, fixed.min_limit, fixed.max_limit) == (16, 16, 16)
     # 15 requests to one host at 10/s with a burst of 10: the last 5 wait 0.1 s each.
     src = tmp_path / "in.txt"
     src.write_text("".join(f"{server.base}/ok?n={i}\n" for i in range(15)))
