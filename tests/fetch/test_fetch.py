@@ -271,3 +271,47 @@ def test_sigterm_then_sigkill_then_resume(server: ThreadServer, tmp_path: Path) 
     # Only unrecorded lines were fetched again (plus at most the in-flight ones killed).
     assert server.faults.hits["ok"] - total < 2 * 8 + 200 * 2 + 8
     assert not os.path.exists(str(out) + ".tmp")
+
+
+def test_a_schema_1_journal_is_upgraded_in_place(tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("http://a.example/1\nhttp://a.example/2\n")
+    path = str(tmp_path / "j")
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    db.execute("CREATE TABLE results (line INTEGER PRIMARY KEY, record TEXT NOT NULL)")
+    db.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [("schema", "1"), ("fingerprint", fingerprint(str(src))), ("total", "2")],
+    )
+    records = [
+        {
+            "line": 1,
+            "status": 200,
+            "error": None,
+            "error_kind": None,
+            "attempts": 2,
+            "elapsed_ms": 5.0,
+        },
+        {
+            "line": 2,
+            "status": None,
+            "error": "refused",
+            "error_kind": "connect",
+            "attempts": 4,
+            "elapsed_ms": 9.0,
+        },
+    ]
+    db.executemany(
+        "INSERT INTO results VALUES (?, ?)", [(r["line"], json.dumps(r)) for r in records]
+    )
+    db.commit()
+    db.close()
+    journal = Journal(path, fingerprint(str(src)), 2)
+    try:
+        assert dict(journal.rows()) == {1: (200, None, 2, 5.0), 2: (None, "connect", 4, 9.0)}
+        assert journal.retryable_lines() == {2}
+        assert [json.loads(text) for _, text in journal.records()] == records
+        assert journal.get_meta("schema") == "2"
+    finally:
+        journal.close()
