@@ -12,7 +12,7 @@ and the top functions by own time.
 ``--stub-wire`` isolates the fetch side: ``corun.http.Client._attempt`` (one request on the
 wire) is replaced by a coroutine that returns a canned 200 at once, so what is left is
 ``Client.request`` with its timeout, the fetcher's policies, the journal, the summary and the
-output. It needs a client that has ``_attempt`` (the aiohttp-based one); no server is started.
+output. It needs ``Client._attempt`` and ``connection.Reply`` (corun.http's own pool); no server is started.
 
 To compare two versions of the code, run the script from the same checkout with
 ``PYTHONPATH`` pointing at the other version's ``src`` (the compiled runtime copied in),
@@ -72,12 +72,15 @@ def _wait(port: int) -> None:
 
 def _stub_wire() -> None:
     """Replace the request on the wire by a canned 200 (see the module docstring)."""
-    from corun.http import client as http_client
+    from multidict import CIMultiDict, CIMultiDictProxy
 
-    reply_type = getattr(http_client, "_Reply", None)
+    from corun.http import client as http_client
+    from corun.http import connection
+
+    reply_type = getattr(connection, "Reply", None)
     if reply_type is None or not hasattr(http_client.Client, "_attempt"):
-        raise SystemExit("--stub-wire needs corun.http.client.Client._attempt and _Reply")
-    headers = {"Content-Type": "text/plain"}
+        raise SystemExit("--stub-wire needs corun.http.client.Client._attempt and connection.Reply")
+    headers = CIMultiDictProxy(CIMultiDict({"Content-Type": "text/plain"}))
     body = b"x" * 1024
 
     async def attempt(self: object, call: object) -> object:
