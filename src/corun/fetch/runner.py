@@ -88,7 +88,7 @@ class BackendStatistics:
     workers: tuple[WorkerSummary, ...] | None = None
 
 
-#: The statistics of a backend that has not fetched yet.
+#: The counters and host counts of an engine that has not run yet.
 NO_ENGINE_STATISTICS: Final = EngineStatistics(0, 0, 0, 0, 0)
 NO_HOSTS: Final = HostCounts(0, 0, None, 0)
 
