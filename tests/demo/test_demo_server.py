@@ -78,7 +78,7 @@ def test_urls_rejects_bad_mixes(loop):
 def test_every_fault_as_specified(loop):
     async def main() -> None:
         async with DemoServer(seed=3) as server:
-            urls = server.urls(200)
+            urls = server.urls(1000)  # at least one path of each kind
             async with aiohttp.ClientSession() as session:
                 # ok: 200 at once
                 url = first(urls, "ok")

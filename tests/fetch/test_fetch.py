@@ -18,7 +18,6 @@ import pytest
 import corun
 from conftest import ThreadServer
 from corun.fetch import (
-    DEFAULT_RATE,
     BadInput,
     FetchOptions,
     FetchRequest,
@@ -30,15 +29,11 @@ from corun.fetch import (
     parse_line,
     run_fetch,
 )
-from corun.http import ClientOptions
-from corun.resilience import BreakerOptions, RetryOptions
 
 pytestmark = pytest.mark.timeout(90)
 
-FAST = ClientOptions(
-    retry=RetryOptions(max_attempts=3, initial_delay=0.001, max_delay=0.01),
-    per_host_concurrency=8,
-)
+#: Retries without waiting (1 ms backoff ceiling).
+FAST = {"retry_delay": 0.001}
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -87,9 +82,7 @@ def test_fetch_writes_one_line_per_input_line(server: ThreadServer, tmp_path: Pa
     src.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.jsonl"
     summary_path = tmp_path / "summary.json"
-    options = FetchOptions(
-        input=str(src), output=str(out), client=FAST, summary_json=str(summary_path)
-    )
+    options = FetchOptions(input=str(src), output=str(out), summary_json=str(summary_path), **FAST)
     summary = corun.run(run_fetch(options))
     assert summary.complete and summary.done == summary.total == len(lines)
     records = read_jsonl(out)
@@ -116,48 +109,53 @@ def test_fetch_writes_one_line_per_input_line(server: ThreadServer, tmp_path: Pa
 
 
 def test_progress_counts_retries_as_the_summary_does(server: ThreadServer, tmp_path: Path) -> None:
-    # Every response is a 503: the first line's second attempt opens the breaker,
-    # so its scheduled third attempt is refused (no request), as is every later line.
+    # Every response is a 503 without Retry-After: each line spends its two
+    # retries and ends with its last answer (a status, not an error).
     src = tmp_path / "in.txt"
     src.write_text("".join(f"{server.base}/status/503?n={i}\n" for i in range(1, 6)))
     out = tmp_path / "out.jsonl"
-    client = ClientOptions(
-        retry=RetryOptions(max_attempts=3, initial_delay=0.001, max_delay=0.01),
-        breaker=BreakerOptions(consecutive_failures=2, open_duration=60.0),
-        per_host_concurrency=1,
-    )
     states: list[ProgressState] = []
-    options = FetchOptions(input=str(src), output=str(out), concurrency=1, client=client)
+    options = FetchOptions(
+        input=str(src), output=str(out), concurrency=1, retries=2, breaker_min_calls=1000, **FAST
+    )
     summary = corun.run(run_fetch(options, on_progress=states.append))
     records = read_jsonl(out)
-    assert [(r["attempts"], r["error_kind"]) for r in records] == [(2, "breaker_open")] + [
-        (0, "breaker_open")
-    ] * 4
-    assert server.faults.hits["status"] == 2
-    assert summary.retries == 1
+    assert [(r["attempts"], r["status"], r["error_kind"]) for r in records] == [(3, 503, None)] * 5
+    assert server.faults.hits["status"] == 15
+    assert summary.retries == 10
     final = states[-1]
-    assert (final.done, final.total, final.errors, final.retries) == (5, 5, 5, summary.retries)
-    assert final.open_breakers == 1
+    assert (final.done, final.total, final.errors, final.retries) == (5, 5, 0, summary.retries)
+    assert (final.healthy, final.paused, final.unavailable) == (1, 0, 0)
     # A resumed run starts from the journal's counts, as the summary does.
     out.unlink()
     states.clear()
     again = corun.run(run_fetch(options, on_progress=states.append))
-    assert again.complete and states[-1].retries == again.retries == 1
-    assert states[-1].errors == 5
+    assert again.complete and states[-1].retries == again.retries == 10
+    assert server.faults.hits["status"] == 15
 
 
-def test_default_per_host_rate_limit(server: ThreadServer, tmp_path: Path) -> None:
+def test_rate_is_an_optional_hard_limit(server: ThreadServer, tmp_path: Path) -> None:
     from corun.cli import _build_parser
 
-    assert FetchOptions(input="x", output="y").rate == DEFAULT_RATE == 10.0
+    assert FetchOptions(input="x", output="y").rate is None
     parse = _build_parser().parse_args
-    assert parse(["fetch", "in", "-o", "out"]).rate == DEFAULT_RATE
+    assert parse(["fetch", "in", "-o", "out"]).rate is None
     assert parse(["fetch", "in", "-o", "out", "--rate", "2.5"]).rate == 2.5
     assert parse(["fetch", "in", "-o", "out", "--no-rate-limit"]).rate is None
+    args = parse(["fetch", "in", "-o", "out", "--retry-failed", "--host-give-up", "30"])
+    assert (args.retry_failed, args.host_give_up) == (True, 30.0)
+    assert parse(["fetch", "in", "-o", "out", "--no-adaptive"]).no_adaptive is True
+    # Adaptive: from 2 up to per_host; fixed: per_host from the start, never less.
+    adaptive = FetchOptions(input="x", output="y", per_host=16).limit_options()
+    assert (adaptive.initial, adaptive.min_limit, adaptive.max_limit) == (2, 1, 16)
+    fixed = FetchOptions(input="x", output="y", per_host=16, adaptive=False).limit_options()
+    assert (fixed.initial, fixed.min_limit, fixed.max_limit) == (16, 16, 16)
     # 15 requests to one host at 10/s with a burst of 10: the last 5 wait 0.1 s each.
     src = tmp_path / "in.txt"
     src.write_text("".join(f"{server.base}/ok?n={i}\n" for i in range(15)))
-    options = FetchOptions(input=str(src), output=str(tmp_path / "o.jsonl"), progress=False)
+    options = FetchOptions(
+        input=str(src), output=str(tmp_path / "o.jsonl"), progress=False, rate=10.0
+    )
     started = time.monotonic()
     summary = corun.run(run_fetch(options))
     assert summary.complete and summary.by_status == {"200": 15}
@@ -168,7 +166,7 @@ def test_save_dir(server: ThreadServer, tmp_path: Path) -> None:
     src = tmp_path / "in.txt"
     src.write_text(f"{server.base}/ok?n=9\n")
     options = FetchOptions(
-        input=str(src), output=str(tmp_path / "o.jsonl"), client=FAST, save_dir=str(tmp_path / "b")
+        input=str(src), output=str(tmp_path / "o.jsonl"), save_dir=str(tmp_path / "b"), **FAST
     )
     corun.run(run_fetch(options))
     [record] = read_jsonl(tmp_path / "o.jsonl")
@@ -183,7 +181,7 @@ def test_resume_skips_journalled_lines(server: ThreadServer, tmp_path: Path) -> 
     for line in range(1, 11):
         journal.record(line, {"line": line, "id": None, "status": 299, "error": None})
     journal.close()
-    summary = corun.run(run_fetch(FetchOptions(input=str(src), output=str(out), client=FAST)))
+    summary = corun.run(run_fetch(FetchOptions(input=str(src), output=str(out), **FAST)))
     assert summary.complete
     records = read_jsonl(out)
     assert [r["line"] for r in records] == list(range(1, 21))
@@ -273,3 +271,47 @@ def test_sigterm_then_sigkill_then_resume(server: ThreadServer, tmp_path: Path) 
     # Only unrecorded lines were fetched again (plus at most the in-flight ones killed).
     assert server.faults.hits["ok"] - total < 2 * 8 + 200 * 2 + 8
     assert not os.path.exists(str(out) + ".tmp")
+
+
+def test_a_schema_1_journal_is_upgraded_in_place(tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("http://a.example/1\nhttp://a.example/2\n")
+    path = str(tmp_path / "j")
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    db.execute("CREATE TABLE results (line INTEGER PRIMARY KEY, record TEXT NOT NULL)")
+    db.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [("schema", "1"), ("fingerprint", fingerprint(str(src))), ("total", "2")],
+    )
+    records = [
+        {
+            "line": 1,
+            "status": 200,
+            "error": None,
+            "error_kind": None,
+            "attempts": 2,
+            "elapsed_ms": 5.0,
+        },
+        {
+            "line": 2,
+            "status": None,
+            "error": "refused",
+            "error_kind": "connect",
+            "attempts": 4,
+            "elapsed_ms": 9.0,
+        },
+    ]
+    db.executemany(
+        "INSERT INTO results VALUES (?, ?)", [(r["line"], json.dumps(r)) for r in records]
+    )
+    db.commit()
+    db.close()
+    journal = Journal(path, fingerprint(str(src)), 2)
+    try:
+        assert dict(journal.rows()) == {1: (200, None, 2, 5.0), 2: (None, "connect", 4, 9.0)}
+        assert journal.retryable_lines() == {2}
+        assert [json.loads(text) for _, text in journal.records()] == records
+        assert journal.get_meta("schema") == "2"
+    finally:
+        journal.close()

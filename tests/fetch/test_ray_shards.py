@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from fetch_servers import AppThread
+from test_deferral import Patience
 
 import corun
 from corun.fetch import FetchOptions, ProgressState, journal_path, run_fetch
 from corun.fetch.ray_shards import INSTALL_HINT, ClusterError, RayBackend, shard_of
-from corun.http import ClientOptions
-from corun.resilience import BreakerOptions
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -398,14 +398,19 @@ def test_a_dead_host_does_not_stall_the_other_shards(ray_address: str, tmp_path:
                 stream.write(f"http://{served.dead_host}/ok?n={line}\n")
             for line in range(dead_lines + 1, dead_lines + live_lines + 1):
                 stream.write(f"http://{others[line % 3]}/ok?n={line}\n")
-        client = ClientOptions(
-            retry=None,
-            breaker=BreakerOptions(consecutive_failures=3, open_duration=600.0),
-            per_host_concurrency=4,
+        # The dead host's breaker opens on its first 503s and never lets a probe
+        # through; its lines are deferred, then given up after --host-give-up.
+        run = options(
+            src,
+            out,
+            retries=0,
+            per_host=4,
+            breaker_min_calls=3,
+            breaker_open_duration=600.0,
+            host_give_up=1.0,
             read_timeout=120.0,
             total_timeout=120.0,
         )
-        run = options(src, out, client=client)
         # A small window and backlog memory: the dead host's lines spill to disk.
         backend = RayBackend(run, workers=WORKERS, window=256, backlog_memory=100)
         live_done_first: list[bool] = []
@@ -429,12 +434,49 @@ def test_a_dead_host_does_not_stall_the_other_shards(ray_address: str, tmp_path:
         records = assert_one_line_each(out, dead_lines + live_lines)
         assert all(r["status"] == 200 for r in records[dead_lines:])
         assert all(
-            r["status"] == 503 or r["error_kind"] == "breaker_open" for r in records[:dead_lines]
+            r["status"] == 503 or r["error_kind"] == "host_unavailable"
+            for r in records[:dead_lines]
         )
         assert summary.breaker_trips >= 1
-        assert summary.by_error.get("breaker_open", 0) > dead_lines // 2
+        assert summary.by_error.get("host_unavailable", 0) > dead_lines // 2
+        assert summary.hosts[served.dead_host]["unavailable"] is True
     finally:
         served.close()
+
+
+def test_the_workers_run_the_engine_s_per_host_policies(ray_address: str, tmp_path: Path) -> None:
+    # The same engine as on one machine: Retry-After pauses a host and defers
+    # its lines (no retry spent, no breaker failure), each host's limit
+    # adapts, and the summary reports them per host, summed over workers.
+    servers = [Patience(), Patience()]
+    paths = [f"/flaky/{i}" for i in range(60)] + [f"/ok/{i}" for i in range(60)]
+    for i in range(3):
+        paths.insert(i * 41, f"/limited/{i}")
+    with AppThread(servers[0].make_app) as first, AppThread(servers[1].make_app) as second:
+        urls = [f"{app.base}{path}" for path in paths for app in (first, second)]
+        src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+        src.write_text("".join(f"{url}\n" for url in urls))
+        run = options(src, out, retries=0, concurrency=8)
+        summary = corun.run(run_fetch(run, backend=RayBackend(run, workers=WORKERS)))
+        keys = [app.base.removeprefix("http://") for app in (first, second)]
+    assert summary.complete and summary.by_error == {} and summary.breaker_trips == 0
+    records = assert_one_line_each(out, len(urls))
+    expected_attempts = {"flaky": 3, "limited": 2, "ok": 1}
+    for record in records:
+        path = record["url"].split("/", 3)[3]
+        assert (record["status"], record["error"]) == (200, None), record
+        # retries=0: every attempt beyond the first was a host's request for patience.
+        assert record["attempts"] == expected_attempts[path.split("/")[0]], record
+    # Nothing fetched twice.
+    assert sum(sum(s.hits.values()) for s in servers) == sum(r["attempts"] for r in records)
+    assert summary.host_pauses >= 2 * 3 and summary.deferred > 0
+    assert set(summary.hosts) == set(keys)  # one entry per host:port, not per URL
+    for key in keys:
+        report = summary.hosts[key]
+        assert report["requests"] == len(paths) + 60 * 2 + 3
+        assert report["pauses"] >= 3 and report["decreases"] >= 1 and not report["unavailable"]
+    assert summary.workers is not None
+    assert sum(w.lines for w in summary.workers) == len(urls)
 
 
 def _cli(*args: str) -> list[str]:

@@ -13,20 +13,22 @@ from typing import Final
 
 from corun.fetch import ray_shards
 from corun.fetch.journal import JournalMismatch
-from corun.fetch.runner import DEFAULT_RATE, FetchOptions, run_fetch
+from corun.fetch.options import FetchOptions
+from corun.fetch.runner import run_fetch
 
 #: The flags that set a ``FetchOptions`` field of the same name one for one,
 #: with their help. Each flag's type and default are the field's default's,
 #: so the command and the options cannot disagree.
 _TUNING: Final = {
     "concurrency": "requests in flight",
-    "per_host": "requests in flight per host",
+    "per_host": "ceiling of each host's adaptive limit on requests in flight",
     "retries": "retries per request",
     "connect_timeout": "seconds",
     "read_timeout": "seconds",
     "total_timeout": "seconds per request",
     "breaker_failure_rate": "",
     "breaker_min_calls": "",
+    "host_give_up": "seconds a host may stay unavailable before its lines end as host_unavailable",
 }
 _DEFAULTS: Final = {f.name: f.default for f in dataclasses.fields(FetchOptions)}
 
@@ -58,14 +60,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_tuning(fetch, "concurrency", "per_host")
     rate = fetch.add_mutually_exclusive_group()
     rate.add_argument(
-        "--rate", type=float, default=DEFAULT_RATE, help=f"requests/s per host ({DEFAULT_RATE:g})"
+        "--rate",
+        type=float,
+        default=None,
+        help="a hard limit on requests/s per host (default: none, the adaptive limit paces)",
     )
     rate.add_argument(
         "--no-rate-limit",
         dest="rate",
         action="store_const",
         const=None,
-        help="no per-host rate limit (for servers you own)",
+        help="no hard rate limit (the default; kept for scripts that pass it)",
     )
     # After --rate, as the help has always listed them.
     _add_tuning(fetch, *list(_TUNING)[2:])
@@ -73,6 +78,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fetch.add_argument("--save-dir", default=None, help="write bodies here, not in the output")
     fetch.add_argument("--summary-json", default=None, metavar="PATH")
     fetch.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fetch.add_argument(
+        "--no-adaptive",
+        action="store_true",
+        help="keep --per-host in flight to each host from the start (for servers you own)",
+    )
+    fetch.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="fetch again the journalled lines that ended with an error or 429/502/503/504",
+    )
     ray_shards.add_arguments(fetch)
 
 
@@ -89,6 +104,8 @@ def main(args: argparse.Namespace) -> int:
             save_dir=args.save_dir,
             summary_json=args.summary_json,
             progress=not args.no_progress,
+            retry_failed=args.retry_failed,
+            adaptive=not args.no_adaptive,
             **{name: getattr(args, name) for name in _TUNING},
             **extra,
         )

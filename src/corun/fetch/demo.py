@@ -36,11 +36,15 @@ from corun.fetch.demo_server import (
     DemoServer,
     DemoStats,
 )
-from corun.fetch.runner import FetchOptions, run_fetch
+from corun.fetch.options import FetchOptions
+from corun.fetch.runner import run_fetch
 from corun.fetch.summary import Summary
 
 DEFAULT_REQUESTS: Final = 20_000
 DEFAULT_CONCURRENCY: Final = 64
+#: Seconds between probes of the down host, and until it is given up.
+DOWN_PROBE_EVERY: Final = 1.0
+DOWN_GIVE_UP: Final = 5.0
 
 
 @dataclass(slots=True)
@@ -78,6 +82,8 @@ class DemoReport:
     down_host: str
     output_lines: int
     elapsed_s: float
+    live_hosts: list[str] = field(default_factory=list)
+    ceiling: int = 0
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -156,9 +162,11 @@ async def _demo(args: argparse.Namespace, workdir: str) -> int:
             concurrency=args.concurrency,
             # Three live hosts share the load: let each take all of it.
             per_host=args.concurrency,
-            # Our own loopback servers: no polite rate limit needed.
-            rate=None,
             progress=not args.no_progress,
+            # The down host: probe it every second, give it up after DOWN_GIVE_UP s
+            # (the default, 600 s, suits a real batch, not a demo).
+            breaker_open_duration=DOWN_PROBE_EVERY,
+            host_give_up=DOWN_GIVE_UP,
         )
         summary = await run_fetch(options, handle_signals=True)
         stats = server.stats()
@@ -173,6 +181,8 @@ async def _demo(args: argparse.Namespace, workdir: str) -> int:
         down_host=urlsplit(server.down).netloc,
         output_lines=lines,
         elapsed_s=round(time.monotonic() - started, 3),
+        live_hosts=[urlsplit(u).netloc for u in server.live],
+        ceiling=options.per_host,
     )
     print(_story(summary, kinds, stats, report), flush=True)
     if args.json is not None:
@@ -233,8 +243,9 @@ def _story(
     )
     lines.append(
         f"  flaky    {n(flaky.requests):>7}  503 with Retry-After: {FLAKY_RETRY_AFTER:g} on the "
-        f"first attempt ({n(stats.faults['flaky'])} sent); {n(flaky.retried)} retried, "
-        f"{n(flaky.ok)} got 200. The server saw the retry come "
+        f"first attempt ({n(stats.faults['flaky'])} sent): each paused its whole host for "
+        f"{FLAKY_RETRY_AFTER:g} s ({n(summary.host_pauses)} pauses), then went again without "
+        f"spending a retry; {n(flaky.ok)} got 200. The server saw the retry come "
         + (f"{wait / 1000.0:.2f} s later on average" if wait is not None else "never")
         + f", never before Retry-After in {n(stats.retry_after_honoured)} of "
         f"{n(stats.retry_after_honoured + stats.retry_after_early)}"
@@ -251,26 +262,40 @@ def _story(
     )
     lines.append(
         f"  drop     {n(drop.requests):>7}  connection closed without a response, "
-        f"{DROP_ATTEMPTS} times each ({n(stats.faults['drop'])} drops): aiohttp resent the "
-        f"first itself (RFC 9112), corun.http's retry policy the second; "
+        f"{DROP_ATTEMPTS} times each ({n(stats.faults['drop'])} drops): corun.http resent "
+        f"a request itself only when the dropped connection was a reused keep-alive one "
+        f"(RFC 9112), the fetcher retried the others; "
         f"{n(drop.retried)} retried, {n(drop.ok)} got 200"
     )
+    given_up = down.errors.get("host_unavailable", 0)
     refused = down.errors.get("connect", 0)
-    rejected = down.errors.get("breaker_open", 0)
     lines.append(
         f"  down     {n(down.requests):>7}  {report.down_host} refused every connection "
-        f"({n(down.attempts)} attempts, {n(retries('down'))} of them retries) until its "
-        f"circuit breaker opened (breaker trips: {n(summary.breaker_trips)}). From then on "
-        f"its requests failed fast instead of retrying a dead host for seconds each: "
-        f"{n(rejected)} ended with breaker_open ({n(down.unsent)} never sent), "
-        f"{n(refused)} as connect errors"
+        f"({n(down.attempts)} attempts) until its circuit breaker opened (breaker trips: "
+        f"{n(summary.breaker_trips)}, the first and one per failed probe). Its lines were deferred, not failed: the breaker let a "
+        f"probe through every {DOWN_PROBE_EVERY:g} s, and after --host-give-up "
+        f"{DOWN_GIVE_UP:g} s {n(given_up)} ended as host_unavailable ({n(down.unsent)} never "
+        f"sent), {n(refused)} as connect errors (their own retries spent first)"
+    )
+    live = [(host, report.summary["hosts"][host]) for host in report.live_hosts]
+    lines.append(
+        "Adaptive limits (requests in flight per host, from 2 up to the ceiling of "
+        f"{report.ceiling}; halved on 429/503, cut when latency doubles): "
+        + "; ".join(
+            f"{host} peaked at {h['peak']}, ended at {h['limit']} ({n(h['decreases'])} cuts)"
+            for host, h in live
+        )
+    )
+    lines.append(
+        f"Deferred: {n(summary.deferred)} lines waited for their host (paused by Retry-After, "
+        f"or its breaker open) instead of ending as errors; every line of a live host got 200."
     )
     rate = report.output_lines / report.elapsed_s if report.elapsed_s > 0 else 0.0
     lines.append(
         f"Retries: {n(summary.retries)} in all (503: {n(retries('flaky'))}, "
         f"429: {n(retries('limited'))}, dropped connection: {n(retries('drop'))}, "
-        f"refused connection: {n(retries('down'))}). Output: {n(report.output_lines)} lines, "
-        f"one per request."
+        f"refused connection and probes: {n(retries('down'))}). Output: "
+        f"{n(report.output_lines)} lines, one per request."
     )
     lines.append(
         f"Elapsed: {report.elapsed_s:.1f} s ({rate:,.0f} requests/s, server included), "

@@ -46,20 +46,25 @@ from aiohttp import web
 #: The fault kinds, in the order the demo reports them.
 KINDS: Final = ("ok", "flaky", "limited", "slow", "drop", "down")
 #: The share of each kind in ``DemoServer.urls`` by default (sums to 1).
+#: Few flaky and limited paths: each 503 with ``Retry-After`` pauses its whole
+#: host, and each 429 or 503 halves the host's adaptive limit, as an
+#: overloaded server asks; a tenth of the requests doing so would keep every
+#: host paused, and the demo would mostly wait.
 DEFAULT_MIX: Final[Mapping[str, float]] = {
-    "ok": 0.78,
-    "flaky": 0.05,
-    "limited": 0.04,
+    "ok": 0.858,
+    "flaky": 0.002,
+    "limited": 0.01,
     "slow": 0.06,
     "drop": 0.03,
     "down": 0.04,
 }
 #: The ``Retry-After`` (seconds) of a flaky 503.
-FLAKY_RETRY_AFTER: Final = 0.5
-#: Attempts of a ``/drop`` path whose connection is closed. Two, because aiohttp
-#: itself resends an idempotent request once when the server closes the
-#: connection before answering (RFC 9112 §9.3.1); the second drop is the one
-#: that reaches ``corun.http``'s retry policy.
+FLAKY_RETRY_AFTER: Final = 0.25
+#: Attempts of a ``/drop`` path whose connection is closed. Two, so that at
+#: least one drop reaches the fetcher's retries whatever the connection:
+#: ``corun.http`` resends an idempotent request once by itself, but only when
+#: a *reused* keep-alive connection closed without answering (RFC 9112
+#: §9.3.1); a drop on a fresh connection is the fetcher's to retry.
 DROP_ATTEMPTS: Final = 2
 #: The slow responses' delay range, seconds.
 SLOW_MIN: Final = 0.05

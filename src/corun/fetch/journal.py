@@ -3,8 +3,12 @@
 Design. The journal is a SQLite database next to the output
 (``OUT.jsonl.journal``), in WAL mode. It has one row per *completed* input
 line, keyed by the line number (``results(line INTEGER PRIMARY KEY, record
-TEXT)``), where ``record`` is the finished output line, and a ``meta`` table
-holding a fingerprint of the input (its size and SHA-256) and the line count.
+TEXT, status, error_kind, attempts, elapsed_ms)``), where ``record`` is the
+finished output line, encoded once, and the four columns copy what the
+summary and ``--retry-failed`` need, so that neither decodes a record again.
+A ``meta`` table holds a fingerprint of the input (its size and SHA-256) and
+the line count. A journal of schema 1 (without the columns) is upgraded in
+place when opened.
 
 * **Nothing lost.** A result is recorded only after it is complete. Results
   are committed in small batches (every ``FLUSH_ROWS`` rows or
@@ -37,13 +41,18 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 #: One encoder for every record: json.dumps with non-default options builds one per call.
 _ENCODE: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 FLUSH_ROWS: Final = 200
 FLUSH_SECONDS: Final = 0.25
-SCHEMA_VERSION: Final = "1"
+SCHEMA_VERSION: Final = "2"
+#: The statuses that ``--retry-failed`` fetches again (with every error).
+RETRYABLE_STATUSES: Final = (429, 502, 503, 504)
+_COLUMNS: Final = ("status", "error_kind", "attempts", "elapsed_ms")
+#: One journalled line as the summary reads it: status, error kind, attempts, elapsed ms.
+Row: TypeAlias = tuple[int | None, str | None, int, float | None]
 
 
 class JournalMismatch(Exception):
@@ -78,13 +87,14 @@ class Journal:
         self._db = sqlite3.connect(path, isolation_level=None)
         # Invariant: _pending holds the rows recorded since the last commit,
         # never a line number twice.
-        self._pending: dict[int, str] = {}
+        self._pending: dict[int, tuple[int, str, int | None, str | None, int, float | None]] = {}
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._db.execute(
-                "CREATE TABLE IF NOT EXISTS results (line INTEGER PRIMARY KEY, record TEXT NOT NULL)"
+                "CREATE TABLE IF NOT EXISTS results (line INTEGER PRIMARY KEY, record TEXT NOT NULL,"
+                " status INTEGER, error_kind TEXT, attempts INTEGER, elapsed_ms REAL)"
             )
             self._check_meta(input_fingerprint, total)
         except BaseException:
@@ -103,6 +113,9 @@ class Journal:
             self._db.executemany("INSERT INTO meta VALUES (?, ?)", list(expected.items()))
             self._db.execute("COMMIT")
             return
+        if found.get("schema") == "1":
+            self._upgrade_from_1()
+            found["schema"] = SCHEMA_VERSION
         for key, value in expected.items():
             if found.get(key) != value:
                 raise JournalMismatch(
@@ -110,6 +123,24 @@ class Journal:
                     f"({key}: {found.get(key)!r}, this input: {value!r}); "
                     "delete it, or choose another --output, to start afresh"
                 )
+
+    def _upgrade_from_1(self) -> None:
+        """Add the summary columns to a schema-1 journal, from its records (once)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for column, kind in zip(_COLUMNS, ("INTEGER", "TEXT", "INTEGER", "REAL"), strict=True):
+                self._db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
+            self._db.execute(
+                "UPDATE results SET status = json_extract(record, '$.status'),"
+                " error_kind = json_extract(record, '$.error_kind'),"
+                " attempts = COALESCE(json_extract(record, '$.attempts'), 0),"
+                " elapsed_ms = json_extract(record, '$.elapsed_ms')"
+            )
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (SCHEMA_VERSION,))
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def done_lines(self) -> set[int]:
         """The line numbers already recorded (committed)."""
@@ -120,32 +151,44 @@ class Journal:
         row = self._db.execute("SELECT COUNT(*) FROM results").fetchone()
         return int(row[0])
 
-    def error_and_retry_counts(self) -> tuple[int, int]:
-        """Over the committed records: lines with an error, and attempts beyond the first.
+    def retryable_lines(self) -> set[int]:
+        """The committed lines whose result is an error or a retryable status."""
+        marks = ", ".join("?" * len(RETRYABLE_STATUSES))
+        return {
+            row[0]
+            for row in self._db.execute(
+                f"SELECT line FROM results WHERE error_kind IS NOT NULL OR status IN ({marks})",
+                RETRYABLE_STATUSES,
+            )
+        }
 
-        The same counts as ``summarize`` makes, so that a resumed run's
-        progress starts where the summary would.
-        """
-        row = self._db.execute(
-            "SELECT COUNT(json_extract(record, '$.error')),"
-            " TOTAL(MAX(COALESCE(json_extract(record, '$.attempts'), 0) - 1, 0))"
-            " FROM results"
-        ).fetchone()
-        return int(row[0]), int(row[1])
+    def rows(self) -> Iterator[tuple[int, Row]]:
+        """Every committed line's ``(line, (status, error_kind, attempts, elapsed_ms))``."""
+        for line, status, kind, attempts, elapsed in self._db.execute(
+            "SELECT line, status, error_kind, attempts, elapsed_ms FROM results"
+        ):
+            yield line, (status, kind, attempts or 0, elapsed)
 
     def record(self, line: int, record: dict[str, Any]) -> bool:
         """Add a finished line; True when a flush is due by size."""
-        self._pending[line] = _ENCODE(record)
+        self._pending[line] = (
+            line,
+            _ENCODE(record),
+            record.get("status"),
+            record.get("error_kind"),
+            record.get("attempts") or 0,
+            record.get("elapsed_ms"),
+        )
         return len(self._pending) >= FLUSH_ROWS
 
     def flush(self) -> None:
         """Commit every recorded row, atomically."""
         if not self._pending:
             return
-        rows = list(self._pending.items())
+        rows = list(self._pending.values())
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)", rows)
+            self._db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)", rows)
         except BaseException:
             self._db.execute("ROLLBACK")
             raise

@@ -20,11 +20,14 @@ from rich.progress import (
 
 @dataclass(frozen=True, slots=True)
 class ProgressState:
-    """What the bar shows: lines done of total, errors, retries and open breakers.
+    """What the bar shows: lines done of total, errors, retries, and the hosts' health.
 
     ``done``, ``errors`` and ``retries`` count over every recorded line,
     earlier runs included, as the summary does; ``retries`` are attempts
-    beyond the first (a retry an open breaker refused made no attempt).
+    beyond the first. The hosts are ``healthy``, ``paused`` (by a
+    ``Retry-After``, the last pause ending ``paused_for`` seconds
+    from now, None when none is paused) or ``unavailable`` (breaker open or
+    half-open, or given up); ``open_breakers`` counts the breakers not closed.
     """
 
     done: int
@@ -32,6 +35,17 @@ class ProgressState:
     errors: int
     retries: int
     open_breakers: int
+    healthy: int = 0
+    paused: int = 0
+    paused_for: float | None = None
+    unavailable: int = 0
+
+    def hosts_text(self) -> str:
+        """The hosts' health in a few words: ``hosts 3 ok, 1 paused (2.0 s), 0 unavailable``."""
+        paused = f"{self.paused} paused"
+        if self.paused_for is not None:
+            paused += f" (for {self.paused_for:.1f} s)"
+        return f"hosts {self.healthy} ok, {paused}, {self.unavailable} unavailable"
 
 
 class ProgressBar:
@@ -58,7 +72,7 @@ class ProgressBar:
                 TimeRemainingColumn(),
                 TextColumn(
                     "errors {task.fields[errors]}  retries {task.fields[retries]}  "
-                    "open breakers {task.fields[breakers]}"
+                    "{task.fields[hosts]}"
                 ),
                 console=Console(file=stream),
                 refresh_per_second=5,
@@ -68,7 +82,7 @@ class ProgressBar:
         if self._progress is not None:
             self._progress.start()
             self._task = self._progress.add_task(
-                "fetch", total=None, rate=0.0, errors=0, retries=0, breakers=0
+                "fetch", total=None, rate=0.0, errors=0, retries=0, hosts=""
             )
         return self
 
@@ -83,7 +97,7 @@ class ProgressBar:
             rate=rate,
             errors=state.errors,
             retries=state.retries,
-            breakers=state.open_breakers,
+            hosts=state.hosts_text(),
         )
 
     def __exit__(self, *exc_info: object) -> None:

@@ -5,12 +5,13 @@ operate. The shape:
 
 * **Shards by host.** A line goes to worker ``shard_of(host_key(url),
   workers)``, a stable hash (BLAKE2b, the same in every process, run and machine) of
-  the key the client's policies use (``host:port``). Every line of a host
-  then meets the same ``Client``, so per-host limits, rate limits,
-  Retry-After and breakers stay right with no coordination.
+  the key the engine's policies use (``host:port``). Every line of a host
+  then meets the same ``FetchEngine``, so its adaptive limit, rate limit,
+  Retry-After pauses, breaker, deferral and give-up stay right with no
+  coordination.
 * **Each worker is a Ray actor running a corun loop** (``FetchWorker``). In
-  a thread of its own, the loop runs ``fetch_stream``, the very engine of a
-  run on one machine, fed by what the driver sends.
+  a thread of its own, the loop runs a ``FetchEngine``, the very engine of
+  a run on one machine, fed by what the driver sends.
 * **Only the driver journals.** Workers on other machines cannot write the
   driver's files, so they return finished records, and the driver hands
   them to ``run_fetch``'s journal. Crash safety is then one machine's: a
@@ -54,15 +55,18 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, Final, Self
 
+from corun.fetch.engine import EngineStatistics, FetchEngine, HostCounts, HostReport, OnRecord
 from corun.fetch.input import BadInput, FetchRequest
-from corun.fetch.runner import BackendStatistics, FetchOptions, RecordSink, fetch_stream
+from corun.fetch.options import FetchOptions
+from corun.fetch.runner import NO_ENGINE_STATISTICS, NO_HOSTS, BackendStatistics
 from corun.fetch.summary import WorkerSummary
 from corun.http import Client, host_key
+from corun.resilience import LoopClock
 from corun.runtime.runner import new_event_loop
 
 INSTALL_HINT: Final = "--ray needs Ray: pip install 'corun[ray]'"
@@ -149,18 +153,18 @@ class WorkerReply:
     Attributes:
         records: ``(line, record)`` of every line finished since the last call.
         pid: the worker's process id (it changes when Ray restarts it).
-        breaker_trips: breaker openings since the worker (re)started.
-        open_breakers: hosts whose breaker is open or half-open now.
+        statistics: its engine's counters since the worker (re)started.
+        hosts: how its hosts are doing now.
     """
 
     records: list[tuple[int, dict[str, Any]]]
     pid: int
-    breaker_trips: int
-    open_breakers: int
+    statistics: EngineStatistics
+    hosts: HostCounts
 
 
 class FetchWorker:
-    """The body of one Ray actor: a corun loop, in a thread of its own, running ``fetch_stream``.
+    """The body of one Ray actor: a corun loop, in a thread of its own, running a ``FetchEngine``.
 
     Ray calls its methods on another thread, one at a time; they talk to the
     loop only through ``call_soon_threadsafe`` and the ``_ready`` condition.
@@ -180,7 +184,7 @@ class FetchWorker:
         self._failure: BaseException | None = None
         self._loop = new_event_loop()
         self._queue: asyncio.Queue[FetchRequest | BadInput] | None = None
-        self._client: Client | None = None
+        self._engine: FetchEngine | None = None
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._main, name="corun-fetch-worker", daemon=True)
         self._thread.start()
@@ -199,10 +203,11 @@ class FetchWorker:
 
     async def _serve(self) -> None:
         self._queue = asyncio.Queue()
-        async with Client(self._options.client_options()) as client:
-            self._client = client
+        clock = LoopClock(asyncio.get_running_loop())
+        async with Client(self._options.client_options(), clock=clock) as client:
+            self._engine = FetchEngine(self._options, client, self._record, clock=clock)
             self._started.set()
-            await fetch_stream(self._options, client, self._incoming(), self._record)
+            await self._engine.run(self._incoming())
 
     async def _incoming(self) -> AsyncIterator[FetchRequest | BadInput]:
         assert self._queue is not None
@@ -252,15 +257,25 @@ class FetchWorker:
                 raise RuntimeError(f"the worker's engine failed: {self._failure!r}")
             records, self._outbox = self._outbox, []
             self._pending -= len(records)
-        trips, open_breakers = asyncio.run_coroutine_threadsafe(
-            self._breakers(), self._loop
-        ).result(_PATIENCE * 10)
-        return WorkerReply(records, os.getpid(), trips, open_breakers)
+        statistics, hosts = asyncio.run_coroutine_threadsafe(self._statistics(), self._loop).result(
+            _PATIENCE * 10
+        )
+        return WorkerReply(records, os.getpid(), statistics, hosts)
 
-    async def _breakers(self) -> tuple[int, int]:
-        assert self._client is not None
-        stats = self._client.statistics()
-        return stats.breaker_trips, stats.open_breakers
+    async def _statistics(self) -> tuple[EngineStatistics, HostCounts]:
+        engine = self._engine
+        assert engine is not None
+        return engine.statistics(), engine.hosts()
+
+    def host_reports(self) -> dict[str, HostReport]:
+        """Every host of this worker's engine: its limit, pauses and requests."""
+        return asyncio.run_coroutine_threadsafe(self._host_reports(), self._loop).result(
+            _PATIENCE * 10
+        )
+
+    async def _host_reports(self) -> dict[str, HostReport]:
+        assert self._engine is not None
+        return self._engine.host_reports()
 
 
 # --------------------------------------------------------------------------- the driver
@@ -347,9 +362,10 @@ class _Shard:
         self.hosts: set[str] = set()
         self.lines = self.requests = self.deaths = 0
         self.pid = 0
-        # Breaker trips of earlier incarnations, and of this one (a restarted
-        # worker counts from zero).
-        self.trips_before = self.trips = self.open_breakers = 0
+        # The engine counters of earlier incarnations, and of this one (a
+        # restarted worker counts from zero).
+        self.before = self.current = NO_ENGINE_STATISTICS
+        self.hosts_now = NO_HOSTS
 
     def room(self) -> int:
         return self.window - len(self.inflight) - len(self.queued)
@@ -375,8 +391,9 @@ class _Shard:
         """Ray restarted the worker (as process ``pid``): it counts from zero again."""
         self.deaths += 1
         self.pid = pid
-        self.trips_before += self.trips
-        self.trips = self.open_breakers = 0
+        self.before = _add(self.before, self.current)
+        self.current = NO_ENGINE_STATISTICS
+        self.hosts_now = NO_HOSTS
 
 
 class RayBackend:
@@ -540,9 +557,7 @@ class RayBackend:
 
     # ------------------------------------------------------------------ fetching
 
-    async def fetch(
-        self, items: AsyncIterator[FetchRequest | BadInput], record: RecordSink
-    ) -> None:
+    async def fetch(self, items: Iterable[FetchRequest | BadInput], record: OnRecord) -> None:
         """Send each item to its host's worker; record what comes back (see the module doc)."""
         self._started = time.monotonic()
         self._reading = True
@@ -556,12 +571,12 @@ class RayBackend:
                 everything.cancel()
                 await asyncio.gather(everything, return_exceptions=True)
 
-    async def _distribute(self, items: AsyncIterator[FetchRequest | BadInput]) -> None:
+    async def _distribute(self, items: Iterable[FetchRequest | BadInput]) -> None:
         shards = self._shards
         count = len(shards)
         seen = 0
         try:
-            async for item in items:
+            for item in items:
                 host = _host(item)
                 shard = shards[shard_of(host, count)]
                 if host:  # bad input has none
@@ -582,7 +597,7 @@ class RayBackend:
             for shard in shards:
                 shard.wake.set()
 
-    async def _serve(self, shard: _Shard, record: RecordSink) -> None:
+    async def _serve(self, shard: _Shard, record: OnRecord) -> None:
         """Keep ``shard``'s worker fed, and record what it returns, until all is done."""
         actor_died = self._ray.exceptions.RayActorError
         while True:
@@ -606,7 +621,7 @@ class RayBackend:
                     shard.lines += 1
                     shard.requests += result["attempts"]
             shard.pid = reply.pid
-            shard.trips, shard.open_breakers = reply.breaker_trips, reply.open_breakers
+            shard.current, shard.hosts_now = reply.statistics, reply.hosts
             self._room.set()
 
     async def _recover(self, shard: _Shard, exc: BaseException) -> None:
@@ -658,11 +673,48 @@ class RayBackend:
             )
             for shard in self._shards
         )
-        return BackendStatistics(
-            breaker_trips=sum(shard.trips_before + shard.trips for shard in self._shards),
-            open_breakers=sum(shard.open_breakers for shard in self._shards),
-            workers=workers,
+        engine = NO_ENGINE_STATISTICS
+        hosts = NO_HOSTS
+        for shard in self._shards:
+            engine = _add(_add(engine, shard.before), shard.current)
+            hosts = _add_hosts(hosts, shard.hosts_now)
+        return BackendStatistics(engine=engine, hosts=hosts, workers=workers)
+
+    async def host_reports(self) -> dict[str, HostReport]:
+        """Every worker's hosts (disjoint: a host has one shard); a worker that
+        died, or does not answer in time, reports none."""
+        replies = await asyncio.gather(
+            *(
+                asyncio.wait_for(_result(shard.actor.host_reports.remote()), _PATIENCE * 10)
+                for shard in self._shards
+            ),
+            return_exceptions=True,
         )
+        reports: dict[str, HostReport] = {}
+        for reply in replies:
+            if isinstance(reply, dict):
+                reports.update(reply)
+        return reports
+
+
+def _add(one: EngineStatistics, other: EngineStatistics) -> EngineStatistics:
+    return EngineStatistics(
+        attempts=one.attempts + other.attempts,
+        deferred=one.deferred + other.deferred,
+        pauses=one.pauses + other.pauses,
+        breaker_trips=one.breaker_trips + other.breaker_trips,
+        given_up=one.given_up + other.given_up,
+    )
+
+
+def _add_hosts(one: HostCounts, other: HostCounts) -> HostCounts:
+    until = [x for x in (one.paused_until, other.paused_until) if x is not None]
+    return HostCounts(
+        healthy=one.healthy + other.healthy,
+        paused=one.paused + other.paused,
+        paused_until=max(until) if until else None,
+        unavailable=one.unavailable + other.unavailable,
+    )
 
 
 class _KeepSignals:

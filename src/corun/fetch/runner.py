@@ -1,15 +1,19 @@
 """``run_fetch``: the batch fetcher behind ``corun fetch``.
 
-Shape: one producer reads the input (streaming) into a bounded queue, and a
-fixed pool of ``concurrency`` workers takes requests from it, so memory
-stays bounded whatever the input's length. That engine is
-``fetch_stream``; a ``FetchBackend`` runs it here (``LocalBackend``) or
-on Ray actors, one per shard of hosts (``ray_shards``), while this
-process alone keeps the journal. Every finished line (a response,
-an error, or bad input) goes to the journal (``journal.py``), which commits
-in small batches; a ticker commits and redraws the progress bar a few
-times a second. When every input line is in the journal, the output is
-written from it atomically (``output.py``).
+Shape: the input is streamed (skipping the lines the journal holds) to a
+``FetchBackend``, which runs it through a ``FetchEngine`` (``engine.py``):
+here (``LocalBackend``), or on Ray actors, one engine per shard of hosts
+(``ray_shards``). The engine runs every per-host policy and hands each
+finished line (a response, an error, or bad input) back; this process alone
+keeps the journal (``journal.py``), which commits in small batches, and the
+``Tally`` the summary is made from. A ticker commits and redraws the
+progress bar a few times a second. When every input line is in the
+journal, the output is written from it atomically (``output.py``), copying
+the records as the journal holds them.
+
+``--retry-failed`` (``FetchOptions.retry_failed``) fetches again the lines
+whose recorded result is an error or a retryable status; each new result
+replaces the old row, so the output keeps one line per input line.
 
 Stopping: SIGINT and SIGTERM (with ``handle_signals``), or the ``stop``
 event, cancel the workers; what finished is committed, what was in flight
@@ -21,151 +25,51 @@ skips every line the journal holds.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import shutil
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any, Final, Protocol, Self
 
+from corun.fetch.engine import EngineStatistics, FetchEngine, HostCounts, HostReport, OnRecord
 from corun.fetch.input import BadInput, FetchRequest, count_lines, read_requests
 from corun.fetch.journal import FLUSH_SECONDS, Journal, fingerprint, journal_path
-from corun.fetch.output import output_record, write_output
+from corun.fetch.options import FetchOptions
+from corun.fetch.output import write_output
 from corun.fetch.progress import ProgressBar, ProgressState
-from corun.fetch.summary import Summary, WorkerSummary, summarize
-from corun.http import Client, ClientOptions, HttpError
-from corun.resilience import (
-    BreakerOptions,
-    Clock,
-    RateLimiterOptions,
-    RetryOptions,
-    _validate,
-)
+from corun.fetch.summary import Summary, Tally, WorkerSummary
+from corun.http import Client
+from corun.resilience import Clock, LoopClock
 
-DEFAULT_USER_AGENT: Final = "corun-fetch/0.1 (+https://github.com/corun)"
-#: Requests per second to one host by default: with ``per_host`` 4 in flight,
-#: a server sees a steady trickle, not a burst it must absorb.
-DEFAULT_RATE: Final = 10.0
-_STOP: Final = None
-#: The fetcher's timeouts and body cap default to the client's own.
-_CLIENT_DEFAULTS: Final = ClientOptions()
-
-
-@dataclass(frozen=True, slots=True)
-class FetchOptions:
-    """Options of a fetch run; the defaults suit a polite crawler.
-
-    Attributes:
-        input: the input file, or ``"-"`` for stdin (copied to
-            ``OUT.stdin`` first, so that a re-run can resume).
-        output: the output JSONL path; the journal is ``OUTPUT.journal``.
-        concurrency: requests in flight at most, in [1, 10000].
-        per_host: requests in flight to one host at most, in [1, 10000].
-        rate: requests per second to one host at most (default
-            ``DEFAULT_RATE``, a polite crawler's pace); None: no limit.
-        retries: retries after the first attempt, in [0, 20].
-        connect_timeout, read_timeout, total_timeout: seconds (total
-            covers retries and backoff).
-        breaker_failure_rate: a host's breaker opens at this failure rate.
-        breaker_min_calls: ... once it has seen this many calls in the window.
-        save_dir: write bodies to ``DIR/<line>.body`` instead of the output.
-        summary_json: also write the summary as JSON here.
-        progress: draw the progress bar (on a terminal only).
-        max_body_bytes: the body cap.
-        user_agent: the ``User-Agent`` header.
-        client: full ``ClientOptions`` to use instead of the ones built from
-            the fields above (tests use it for a private CA).
-    """
-
-    input: str
-    output: str
-    concurrency: int = 32
-    per_host: int = 4
-    rate: float | None = DEFAULT_RATE
-    retries: int = 3
-    connect_timeout: float = _CLIENT_DEFAULTS.connect_timeout
-    read_timeout: float = _CLIENT_DEFAULTS.read_timeout
-    total_timeout: float = _CLIENT_DEFAULTS.total_timeout
-    breaker_failure_rate: float = 0.5
-    breaker_min_calls: int = 20
-    save_dir: str | None = None
-    summary_json: str | None = None
-    progress: bool = True
-    max_body_bytes: int = _CLIENT_DEFAULTS.max_body_bytes
-    user_agent: str = DEFAULT_USER_AGENT
-    client: ClientOptions | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        owner = "FetchOptions"
-        _validate.count(owner, "concurrency", self.concurrency, high=10_000)
-        _validate.count(owner, "per_host", self.per_host, high=10_000)
-        _validate.count(owner, "retries", self.retries, low=0, high=20)
-        if self.rate is not None:
-            _validate.number(owner, "rate", self.rate, low=0.001, high=1_000_000.0)
-        self.client_options()  # validates the rest
-
-    def client_options(self) -> ClientOptions:
-        """The ``ClientOptions`` the run uses."""
-        if self.client is not None:
-            return self.client
-        return ClientOptions(
-            limit=max(self.concurrency, 1),
-            limit_per_host=self.per_host,
-            connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout,
-            total_timeout=self.total_timeout,
-            max_body_bytes=self.max_body_bytes,
-            retry=RetryOptions(max_attempts=self.retries + 1, initial_delay=0.25, max_delay=10.0)
-            if self.retries
-            else None,
-            breaker=BreakerOptions(
-                failure_rate=self.breaker_failure_rate,
-                minimum_calls=self.breaker_min_calls,
-                consecutive_failures=None,
-                open_duration=30.0,
-            ),
-            per_host_concurrency=self.per_host,
-            rate=RateLimiterOptions(per_key_rate=self.rate, max_wait=3600.0)
-            if self.rate is not None
-            else None,
-            user_agent=self.user_agent,
-        )
+#: Hosts listed in the summary at most (those with the most requests).
+_SUMMARY_HOSTS: Final = 100
 
 
 class _Run:
     """The mutable state of one ``run_fetch`` call."""
 
-    def __init__(self, options: FetchOptions, journal: Journal, total: int, done: int) -> None:
+    def __init__(self, options: FetchOptions, journal: Journal, total: int, tally: Tally) -> None:
         self.options = options
         self.journal = journal
         self.total = total
-        # Invariant: done, errors and retries count over the lines recorded in
-        # the journal (committed or pending, earlier runs included), exactly as
-        # the summary does: retries are attempts beyond the first, so a retry
-        # that a policy refused (an open breaker) is not one.
-        self.done = done
-        self.errors, self.retries = journal.error_and_retry_counts()
+        # Invariant: tally counts over the lines recorded in the journal
+        # (committed or pending, earlier runs included) and not being fetched
+        # again, exactly as the summary does.
+        self.tally = tally
         self.fetched = 0
 
     def record(self, line: int, record: dict[str, Any]) -> None:
-        self.done += 1
         self.fetched += 1
-        if record["error"] is not None:
-            self.errors += 1
-        attempts = record["attempts"]
-        if attempts > 1:
-            self.retries += attempts - 1
+        self.tally.add(
+            record["status"], record["error_kind"], record["attempts"], record.get("elapsed_ms")
+        )
         if self.journal.record(line, record):
             self.journal.flush()
-
-
-#: Receives each finished line: ``record(line, record)``.
-RecordSink = Callable[[int, dict[str, Any]], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,29 +77,35 @@ class BackendStatistics:
     """What a ``FetchBackend`` reports while it runs.
 
     Attributes:
-        breaker_trips: breaker openings in this run.
-        open_breakers: hosts whose breaker is open or half-open now.
+        engine: its engines' counters in this run, summed.
+        hosts: how its hosts are doing now (healthy, paused, unavailable).
         workers: one entry per worker when the requests are spread over
             workers (Ray); None on one machine.
     """
 
-    breaker_trips: int
-    open_breakers: int
+    engine: EngineStatistics
+    hosts: HostCounts
     workers: tuple[WorkerSummary, ...] | None = None
+
+
+#: The counters and host counts of an engine that has not run yet.
+NO_ENGINE_STATISTICS: Final = EngineStatistics(0, 0, 0, 0, 0)
+NO_HOSTS: Final = HostCounts(0, 0, None, 0)
 
 
 class FetchBackend(Protocol):
     """Where a run's requests are made: here (``LocalBackend``) or on Ray actors
-    (``corun.fetch.ray_shards.RayBackend``).
+    (``corun.fetch.ray_shards.RayBackend``), by a ``FetchEngine`` either way.
 
     Contract: ``run_fetch`` enters the backend (``async with``) once, calls
-    ``fetch`` once inside it, and may call ``statistics`` at any time while
-    inside. ``fetch`` takes every item of ``items`` and calls ``record(line,
-    record)`` exactly once for each, on the calling loop's thread, with the
-    record ``fetch_stream`` makes for it; it returns when every item is
-    recorded, and raises only when the run cannot go on (the journal keeps
-    what was recorded). Cancelled, it stops promptly: lines in flight are
-    not recorded, so the next run fetches them again.
+    ``fetch`` once inside it, may call ``statistics`` at any time while
+    inside, and ``host_reports`` once after ``fetch``. ``fetch`` takes every
+    item of ``items`` and calls ``record(line, record)`` exactly once for
+    each, on the calling loop's thread, with the record a ``FetchEngine``
+    makes for it; it returns when every item is recorded, and raises only
+    when the run cannot go on (the journal keeps what was recorded).
+    Cancelled, it stops promptly: lines in flight are not recorded, so the
+    next run fetches them again.
     """
 
     async def __aenter__(self) -> Self: ...
@@ -207,19 +117,21 @@ class FetchBackend(Protocol):
         tb: TracebackType | None,
     ) -> None: ...
 
-    async def fetch(
-        self, items: AsyncIterator[FetchRequest | BadInput], record: RecordSink
-    ) -> None: ...
+    async def fetch(self, items: Iterable[FetchRequest | BadInput], record: OnRecord) -> None: ...
 
     def statistics(self) -> BackendStatistics: ...
 
+    async def host_reports(self) -> dict[str, HostReport]: ...
+
 
 class LocalBackend:
-    """The requests are made in this process, by one ``Client``."""
+    """The requests are made in this process, by one ``FetchEngine`` on one ``Client``."""
 
     def __init__(self, options: FetchOptions, *, clock: Clock | None = None) -> None:
         self._client = Client(options.client_options(), clock=clock)
         self._options = options
+        self._clock = clock
+        self._engine: FetchEngine | None = None
 
     async def __aenter__(self) -> Self:
         await self._client.__aenter__()
@@ -233,46 +145,18 @@ class LocalBackend:
     ) -> None:
         await self._client.__aexit__(exc_type, exc, tb)
 
-    async def fetch(
-        self, items: AsyncIterator[FetchRequest | BadInput], record: RecordSink
-    ) -> None:
-        await fetch_stream(self._options, self._client, items, record)
+    async def fetch(self, items: Iterable[FetchRequest | BadInput], record: OnRecord) -> None:
+        self._engine = FetchEngine(self._options, self._client, record, clock=self._clock)
+        await self._engine.run(items)
 
     def statistics(self) -> BackendStatistics:
-        stats = self._client.statistics()
-        return BackendStatistics(stats.breaker_trips, stats.open_breakers)
+        engine = self._engine
+        if engine is None:
+            return BackendStatistics(NO_ENGINE_STATISTICS, NO_HOSTS)
+        return BackendStatistics(engine.statistics(), engine.hosts())
 
-
-async def fetch_stream(
-    options: FetchOptions,
-    client: Client,
-    items: AsyncIterator[FetchRequest | BadInput],
-    record: RecordSink,
-) -> None:
-    """The fetch engine: every item of ``items`` through ``client``, each record to ``record``.
-
-    ``options.concurrency`` workers take items from a bounded queue, so
-    memory stays bounded however long ``items`` is. A line never raises: a
-    failed request, bad input or a bug becomes the line's record. Returns
-    when ``items`` is exhausted and every item is recorded. Both
-    ``run_fetch`` (through ``LocalBackend``) and each Ray actor
-    (``ray_shards``) run it, so one machine and a cluster fetch alike.
-    """
-    queue: asyncio.Queue[FetchRequest | BadInput | None] = asyncio.Queue(
-        maxsize=options.concurrency * 4
-    )
-    producer = asyncio.ensure_future(_produce(queue, items, options.concurrency))
-    workers = [
-        asyncio.ensure_future(_work(options, client, queue, record))
-        for _ in range(options.concurrency)
-    ]
-    everything = asyncio.gather(producer, *workers)
-    try:
-        await everything
-    finally:
-        if not everything.done():
-            everything.cancel()
-            await asyncio.gather(everything, return_exceptions=True)
+    async def host_reports(self) -> dict[str, HostReport]:
+        return self._engine.host_reports() if self._engine is not None else {}
 
 
 async def run_fetch(
@@ -288,7 +172,8 @@ async def run_fetch(
 
     Args:
         options: the run's ``FetchOptions``.
-        clock: the clock for the client's policies.
+        clock: the clock of the policies and timers (default: the running
+            loop's, as a ``LoopClock``).
         stop: set it to stop the run gracefully (as SIGTERM does).
         handle_signals: stop gracefully on SIGINT and SIGTERM.
         on_progress: called with what the progress bar shows, a few times a
@@ -306,6 +191,8 @@ async def run_fetch(
     """
     started = time.monotonic()
     loop = asyncio.get_running_loop()
+    if clock is None:
+        clock = LoopClock(loop)  # the loop, read once for the whole run
     input_path = options.input
     spool: str | None = None
     if input_path == "-":
@@ -315,42 +202,47 @@ async def run_fetch(
     stop_event = stop if stop is not None else asyncio.Event()
     signals: list[signal.Signals] = []
     interrupted = False
-    trips = 0
-    workers: tuple[WorkerSummary, ...] | None = None
     try:
         if handle_signals:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, stop_event.set)
                 signals.append(signum)
         done = journal.done_lines()
-        run = _Run(options, journal, total, len(done))
+        tally = Tally()
+        again = journal.retryable_lines() if options.retry_failed else set()
+        for line, (status, kind, attempts, elapsed_ms) in journal.rows():
+            if line not in again:
+                tally.add(status, kind, attempts, elapsed_ms)
+        done -= again
+        run = _Run(options, journal, total, tally)
         if options.save_dir is not None:
             os.makedirs(options.save_dir, exist_ok=True)
         if backend is None:
             backend = LocalBackend(options, clock=clock)
         async with backend:
-            try:
-                interrupted = await _drive(
-                    run, backend, input_path, done, stop_event, started, on_progress
-                )
-            finally:
-                stats = backend.statistics()
-                trips, workers = stats.breaker_trips, stats.workers
+            interrupted = await _drive(
+                run, backend, _pending(input_path, done), stop_event, started, on_progress
+            )
+            final = backend.statistics()
+            reports = sorted((await backend.host_reports()).items(), key=lambda kv: -kv[1].requests)
+        stats = final.engine
         journal.flush()
         previous_trips = int(journal.get_meta("breaker_trips") or 0)
-        journal.set_meta("breaker_trips", str(previous_trips + trips))
-        complete = not interrupted and journal.done_count() == total
+        journal.set_meta("breaker_trips", str(previous_trips + stats.breaker_trips))
+        complete = not interrupted and tally.done == total
         if complete:
             write_output(journal, options.output)
-        summary = summarize(
-            (record for _line, record in journal.records()),
+        summary = tally.summary(
             total=total,
             complete=complete,
             interrupted=interrupted,
-            breaker_trips=previous_trips + trips,
+            breaker_trips=previous_trips + stats.breaker_trips,
             elapsed_s=time.monotonic() - started,
             output=options.output,
-            workers=workers,
+            deferred=stats.deferred,
+            host_pauses=stats.pauses,
+            hosts={key: asdict(report) for key, report in reports[:_SUMMARY_HOSTS]},
+            workers=final.workers,
         )
     finally:
         for signum in signals:
@@ -365,27 +257,29 @@ async def run_fetch(
     return summary
 
 
+def _pending(path: str, done: set[int]) -> Iterator[FetchRequest | BadInput]:
+    """The input's lines not yet done, streamed."""
+    for item in read_requests(path):
+        if item.line not in done:
+            yield item
+
+
 async def _drive(
     run: _Run,
     backend: FetchBackend,
-    input_path: str,
-    done: set[int],
+    items: Iterator[FetchRequest | BadInput],
     stop: asyncio.Event,
     started: float,
     on_progress: Callable[[ProgressState], object] | None,
 ) -> bool:
-    """Run the backend's fetch and the ticker; True when stopped early."""
-    options = run.options
-    fetching = asyncio.ensure_future(
-        backend.fetch(_pending(read_requests(input_path), done), run.record)
-    )
+    """Run the backend's fetch and the ticker until done or stopped; True when stopped early."""
+    fetching = asyncio.ensure_future(backend.fetch(items, run.record))
     stopper = asyncio.ensure_future(stop.wait())
-    waiters: set[asyncio.Future[Any]] = {fetching, stopper}
-    with ProgressBar(enabled=options.progress) as bar:
+    with ProgressBar(enabled=run.options.progress) as bar:
         display = _Display(run, backend, bar, started, on_progress)
         ticker = asyncio.ensure_future(_tick(run, display))
         try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({fetching, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             interrupted = not fetching.done()
             for task in (fetching, stopper, ticker):
@@ -393,45 +287,8 @@ async def _drive(
             await asyncio.gather(fetching, stopper, ticker, return_exceptions=True)
             display.draw()
     if not interrupted:
-        fetching.result()  # re-raise a bug, or a backend's failure, if any
+        fetching.result()  # re-raise a bug in the engine, or a backend's failure, if any
     return interrupted
-
-
-async def _pending(
-    items: Iterable[FetchRequest | BadInput], done: set[int]
-) -> AsyncIterator[FetchRequest | BadInput]:
-    """The items whose line is not recorded yet."""
-    for item in items:
-        if item.line not in done:
-            yield item
-
-
-async def _produce(
-    queue: asyncio.Queue[FetchRequest | BadInput | None],
-    items: AsyncIterator[FetchRequest | BadInput],
-    workers: int,
-) -> None:
-    async for item in items:
-        await queue.put(item)
-    for _ in range(workers):
-        await queue.put(_STOP)
-
-
-async def _work(
-    options: FetchOptions,
-    client: Client,
-    queue: asyncio.Queue[FetchRequest | BadInput | None],
-    record: RecordSink,
-) -> None:
-    while True:
-        item = await queue.get()
-        if item is None:
-            return
-        if isinstance(item, BadInput):
-            result = output_record(item, error=item.error, kind=item.kind)
-        else:
-            result = await _fetch(options, client, item)
-        record(item.line, result)
 
 
 async def _tick(run: _Run, display: _Display) -> None:
@@ -456,57 +313,24 @@ class _Display:
         bar, on_progress, run = self.bar, self.on_progress, self.run
         if not bar.active and on_progress is None:
             return
+        tally = run.tally
+        hosts = self.backend.statistics().hosts
         state = ProgressState(
-            done=run.done,
+            done=tally.done,
             total=run.total,
-            errors=run.errors,
-            retries=run.retries,
-            open_breakers=self.backend.statistics().open_breakers,
+            errors=tally.errors,
+            retries=tally.retries,
+            open_breakers=hosts.unavailable,
+            healthy=hosts.healthy,
+            paused=hosts.paused,
+            paused_for=hosts.paused_until,
+            unavailable=hosts.unavailable,
         )
         if on_progress is not None:
             on_progress(state)
         if bar.active:
             elapsed = max(1e-6, time.monotonic() - self.started)
             bar.update(state, run.fetched / elapsed)
-
-
-async def _fetch(options: FetchOptions, client: Client, item: FetchRequest) -> dict[str, Any]:
-    started = time.monotonic()
-    try:
-        response = await client.request(
-            item.method,
-            item.parsed if item.parsed is not None else item.url,
-            headers=item.headers or None,
-            body=item.body,
-        )
-    except HttpError as exc:
-        record = output_record(item, error=str(exc), kind=exc.kind, attempts=exc.attempts)
-    except Exception as exc:  # a bug must not lose the line: it becomes its error
-        record = output_record(item, error=f"internal error: {exc!r}", kind="internal")
-    else:
-        record = output_record(item, status=response.status, attempts=response.attempts)
-        record["final_url"] = response.url
-        record["content_type"] = response.headers.get("Content-Type")
-        body = response.body
-        if options.save_dir is not None:
-            record["body_path"] = _save_body(options.save_dir, item.line, body)
-        else:
-            try:
-                record["body"] = body.decode("utf-8")
-            except UnicodeDecodeError:
-                record["body"] = base64.b64encode(body).decode("ascii")
-                record["body_base64"] = True
-    record["elapsed_ms"] = round((time.monotonic() - started) * 1000.0, 3)
-    return record
-
-
-def _save_body(directory: str, line: int, body: bytes) -> str:
-    path = os.path.join(directory, f"{line}.body")
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as stream:
-        stream.write(body)
-    os.replace(tmp, path)
-    return path
 
 
 def _spool_stdin(output: str) -> str:

@@ -1,10 +1,14 @@
-"""The end-of-run summary: counts by status and error kind, latency percentiles, retries."""
+"""The end-of-run summary: counts by status and error kind, latency percentiles, retries.
+
+``Tally`` counts as lines are recorded (and over the journal's columns for
+lines recorded by earlier runs), so the summary never decodes a record.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from corun.resilience import LatencyHistogram
@@ -47,6 +51,12 @@ class Summary:
         breaker_trips: breaker openings, summed over runs.
         elapsed_s: this run's wall time.
         output: the output path.
+        deferred: lines that waited for their host (paused, or its breaker
+            open) in this run.
+        host_pauses: host pauses by ``Retry-After``, in this run.
+        hosts: per host (``host:port``, the 100 with most requests) in this
+            run: requests, its adaptive limit at the end and at its peak,
+            its decreases and pauses, and whether it was given up.
         workers: per worker, with ``--ray``; None on one machine (and then
             left out of the JSON).
     """
@@ -64,6 +74,9 @@ class Summary:
     breaker_trips: int
     elapsed_s: float
     output: str
+    deferred: int = 0
+    host_pauses: int = 0
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     workers: tuple[WorkerSummary, ...] | None = None
 
     def to_json(self) -> str:
@@ -96,10 +109,86 @@ class Summary:
                 f"  errors: {errors}",
                 f"  latency: p50 {fmt(self.latency_p50_ms)}, p90 {fmt(self.latency_p90_ms)}, "
                 f"p99 {fmt(self.latency_p99_ms)}",
-                f"  retries: {self.retries}; breaker trips: {self.breaker_trips}",
+                f"  retries: {self.retries}; breaker trips: {self.breaker_trips}; "
+                f"deferred lines: {self.deferred}; host pauses: {self.host_pauses}",
                 *workers,
             ]
         )
+
+
+class Tally:
+    """Counts of recorded lines, kept as they are recorded; ``summary()`` makes the ``Summary``.
+
+    ``add`` takes a line's status, error kind, attempts and elapsed ms (the
+    journal's columns); ``remove`` takes back one added before (a line that
+    ``--retry-failed`` fetches again).
+    """
+
+    __slots__ = ("by_error", "by_status", "done", "errors", "latency", "retries")
+
+    def __init__(self) -> None:
+        # Invariant: every count is over the lines added and not removed;
+        # errors counts those with an error kind, retries their attempts
+        # beyond the first.
+        self.by_status: dict[str, int] = {}
+        self.by_error: dict[str, int] = {}
+        self.latency = LatencyHistogram()
+        self.done = self.errors = self.retries = 0
+
+    def add(
+        self, status: int | None, kind: str | None, attempts: int, elapsed_ms: float | None
+    ) -> None:
+        """Count one recorded line."""
+        self.done += 1
+        key = "none" if status is None else str(status)
+        by_status = self.by_status
+        by_status[key] = by_status.get(key, 0) + 1
+        if kind:
+            self.errors += 1
+            self.by_error[kind] = self.by_error.get(kind, 0) + 1
+        if attempts > 1:
+            self.retries += attempts - 1
+        if status is not None and elapsed_ms is not None:
+            self.latency.record(elapsed_ms / 1000.0)
+
+    def remove(self, status: int | None, kind: str | None, attempts: int) -> None:
+        """Take back a line counted by ``add`` (its latency stays in the histogram)."""
+        self.done -= 1
+        key = "none" if status is None else str(status)
+        _decrement(self.by_status, key)
+        if kind:
+            self.errors -= 1
+            _decrement(self.by_error, kind)
+        if attempts > 1:
+            self.retries -= attempts - 1
+
+    def summary(self, **run: Any) -> Summary:
+        """The ``Summary``; ``run`` gives its other fields (total, complete, ...)."""
+        latency = self.latency
+        has = latency.count > 0
+
+        def pct(q: float) -> float | None:
+            return round(latency.percentile(q) * 1000.0, 3) if has else None
+
+        run["elapsed_s"] = round(run["elapsed_s"], 3)
+        return Summary(
+            done=self.done,
+            by_status=dict(self.by_status),
+            by_error=dict(self.by_error),
+            latency_p50_ms=pct(50),
+            latency_p90_ms=pct(90),
+            latency_p99_ms=pct(99),
+            retries=self.retries,
+            **run,
+        )
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 def summarize(
@@ -113,41 +202,22 @@ def summarize(
     output: str,
     workers: tuple[WorkerSummary, ...] | None = None,
 ) -> Summary:
-    """A ``Summary`` of the journal's records (JSON strings); streams, with bounded memory."""
-    by_status: dict[str, int] = {}
-    by_error: dict[str, int] = {}
-    latency = LatencyHistogram()
-    done = retries = 0
+    """A ``Summary`` of output records (JSON strings); streams, with bounded memory."""
+    tally = Tally()
     for text in records:
         record: dict[str, Any] = json.loads(text)
-        done += 1
-        status = record.get("status")
-        key = "none" if status is None else str(status)
-        by_status[key] = by_status.get(key, 0) + 1
-        kind = record.get("error_kind")
-        if kind:
-            by_error[kind] = by_error.get(kind, 0) + 1
-        retries += max(0, int(record.get("attempts") or 0) - 1)
-        if status is not None and record.get("elapsed_ms") is not None:
-            latency.record(float(record["elapsed_ms"]) / 1000.0)
-    has = latency.count > 0
-
-    def pct(q: float) -> float | None:
-        return round(latency.percentile(q) * 1000.0, 3) if has else None
-
-    return Summary(
+        tally.add(
+            record.get("status"),
+            record.get("error_kind"),
+            int(record.get("attempts") or 0),
+            record.get("elapsed_ms"),
+        )
+    return tally.summary(
         total=total,
-        done=done,
         complete=complete,
         interrupted=interrupted,
-        by_status=by_status,
-        by_error=by_error,
-        latency_p50_ms=pct(50),
-        latency_p90_ms=pct(90),
-        latency_p99_ms=pct(99),
-        retries=retries,
         breaker_trips=breaker_trips,
-        elapsed_s=round(elapsed_s, 3),
+        elapsed_s=elapsed_s,
         output=output,
         workers=workers,
     )

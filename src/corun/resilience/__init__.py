@@ -1,4 +1,4 @@
-"""corun.resilience: retry, retry budgets, circuit breakers, bulkheads, rate limits, hedging, timeouts.
+"""corun.resilience: adaptive concurrency limits, retry, retry budgets, circuit breakers, bulkheads, rate limits, hedging, timeouts.
 
 Pure Python on any asyncio loop, with time from an injectable ``Clock``.
 Each policy is a class with a frozen ``<Name>Options``; each runs a callable
@@ -10,6 +10,11 @@ events; ``Metrics`` turns those into counters and latency histograms.
 See docs/resilience.md.
 """
 
+from corun.resilience.adaptive import (
+    AdaptiveLimit,
+    AdaptiveLimitOptions,
+    AdaptiveLimitStatistics,
+)
 from corun.resilience.breaker import (
     Breaker,
     BreakerOptions,
@@ -23,7 +28,7 @@ from corun.resilience.breaker import (
 )
 from corun.resilience.budget import RetryBudget, RetryBudgetOptions, RetryBudgetStatistics
 from corun.resilience.bulkhead import Bulkhead, BulkheadOptions, BulkheadScope, BulkheadStatistics
-from corun.resilience.clock import Cancellable, Clock, SystemClock, WallClock
+from corun.resilience.clock import Cancellable, Clock, LoopClock, SystemClock, WallClock
 from corun.resilience.errors import (
     AttemptTimeout,
     BreakerOpen,
@@ -77,6 +82,9 @@ from corun.resilience.retry_after import parse_retry_after, retry_after_delay
 from corun.resilience.timeouts import Timeout, TimeoutOptions, TimeoutScope, TimeoutStatistics
 
 __all__ = [
+    "AdaptiveLimit",
+    "AdaptiveLimitOptions",
+    "AdaptiveLimitStatistics",
     "Attempt",
     "AttemptLoop",
     "AttemptTimeout",
@@ -109,6 +117,7 @@ __all__ = [
     "LatencyHistogram",
     "LatencyStatistics",
     "Listener",
+    "LoopClock",
     "Metrics",
     "MetricsStatistics",
     "Open",

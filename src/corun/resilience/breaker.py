@@ -342,7 +342,7 @@ class BreakerScope:
     async def __aenter__(self) -> BreakerScope:
         if self._permit is not None:
             raise RuntimeError("a BreakerScope can be entered only once")
-        self._permit = self._breaker._acquire(self._key)
+        self._permit = self._breaker.acquire(self._key)
         return self
 
     async def __aexit__(
@@ -355,11 +355,11 @@ class BreakerScope:
         assert permit is not None
         breaker = self._breaker
         if exc is None:
-            breaker._record(self._key, permit, failed=self._failed)
+            breaker.record(self._key, permit, failed=self._failed)
         elif isinstance(exc, CallRejected) or not isinstance(exc, Exception):
-            breaker._release(self._key, permit)
+            breaker.release(self._key, permit)
         else:
-            breaker._record(
+            breaker.record(
                 self._key, permit, failed=self._failed or breaker._counts_as_failure(exc)
             )
 
@@ -430,7 +430,14 @@ class Breaker(PolicyBase):
             hooks.emit("breaker_state_changed", hooks.breaker_state_changed, event)
         return new
 
-    def _acquire(self, key: Hashable) -> BreakerState:
+    def acquire(self, key: Hashable) -> BreakerState:
+        """Admit one call of ``key`` now: the permit to report with; the sync form of ``scope``.
+
+        The caller must end every permit with ``record`` or ``release``.
+
+        Raises:
+            BreakerOpen: the circuit refuses the call (it says when to probe).
+        """
         now = self.clock.now()
         state = self._current(key, now)
         if state.admit(now):
@@ -442,7 +449,8 @@ class Breaker(PolicyBase):
         )
         raise self._refused(error, "breaker_open", now)
 
-    def _record(self, key: Hashable, permit: BreakerState, *, failed: bool) -> None:
+    def record(self, key: Hashable, permit: BreakerState, *, failed: bool) -> None:
+        """Report the outcome of a call that ``acquire`` admitted with ``permit``."""
         if self._circuits.get(key) is not permit:
             return  # admitted by a state that has been left since (or forgotten)
         now = self.clock.now()
@@ -450,7 +458,8 @@ class Breaker(PolicyBase):
         if transition is not None:
             self._apply(key, permit, transition, now)
 
-    def _release(self, key: Hashable, permit: BreakerState) -> None:
+    def release(self, key: Hashable, permit: BreakerState) -> None:
+        """End a permit without a verdict (the call was cancelled, or never made)."""
         if self._circuits.get(key) is permit:
             permit.released()
 

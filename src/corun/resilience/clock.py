@@ -12,10 +12,15 @@ task per call, which costs a task and must be reaped before the loop closes
 (a pending task at close is reported as destroyed). ``asyncio.timeout``
 itself is built on ``loop.call_at`` for the same reason.
 
-Two clocks ship with corun:
+Three clocks ship with corun:
 
 * ``SystemClock`` (the default): the running loop's ``time()`` and
-  ``asyncio.sleep``. It works on any asyncio loop.
+  ``asyncio.sleep``. It works on any asyncio loop, and looks the running
+  loop up at every read.
+* ``LoopClock(loop)``: the same clock bound to one loop, for code that runs
+  on that loop only (``corun fetch``): ``now`` and ``call_later`` are the
+  loop's own bound methods, so a read costs no loop lookup (on Python 3.11
+  ``asyncio.get_running_loop()`` makes a ``getpid()`` system call).
 * ``corun.testing.MockClock``: virtual time, advanced by hand or jumping to
   the next deadline when every sleeper is waiting (autojump).
 
@@ -118,6 +123,38 @@ class SystemClock:
 
     def __repr__(self) -> str:
         return "SystemClock()"
+
+
+@final
+class LoopClock:
+    """The clock of one loop: ``loop.time``, ``loop.call_later`` and ``asyncio.sleep``.
+
+    ``now`` and ``call_later`` are the loop's bound methods, taken once, so
+    they cost what the loop's own do. Use it only from the thread that runs
+    ``loop``, while it runs.
+
+    Args:
+        loop: the loop whose time and timers to use.
+    """
+
+    __slots__ = ("call_later", "loop", "now")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        # Bound methods cached: a read is one call, with no loop lookup.
+        self.now: Callable[[], float] = loop.time
+        self.call_later: Callable[[float, Callable[[], object]], Cancellable] = loop.call_later
+
+    async def sleep(self, seconds: float) -> None:
+        """``asyncio.sleep(seconds)`` (on the running loop, which must be ``loop``)."""
+        await asyncio.sleep(seconds)
+
+    def wall(self) -> float:
+        """Wall time in seconds since the epoch (``time.time()``); a ``WallClock``."""
+        return time.time()
+
+    def __repr__(self) -> str:
+        return f"LoopClock({self.loop!r})"
 
 
 #: The clock policies use when none is given. Stateless, so one is enough.

@@ -250,7 +250,7 @@ class RetryCall:
         if server_delay is not None:
             delay = min(max(0.0, float(server_delay)), options.max_server_delay)
         else:
-            delay = policy._backoff(self.attempt)
+            delay = policy.backoff(self.attempt)
         if TEST_MODE.active:
             delay = 0.0
         if options.deadline is not None and elapsed + delay >= options.deadline:
@@ -377,8 +377,8 @@ class Retry(PolicyBase):
         self._gave_up = 0
         self._budget_denied = 0
 
-    def _backoff(self, attempt: int) -> float:
-        """The backoff after failed attempt ``attempt`` (1-based), before test mode."""
+    def backoff(self, attempt: int) -> float:
+        """The backoff after failed attempt ``attempt`` (1-based), jittered; before test mode."""
         options = self.options
         ceiling = min(
             options.max_delay, options.initial_delay * options.multiplier ** (attempt - 1)
