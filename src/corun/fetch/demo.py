@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from corun import observe
 from corun.fetch.demo_server import (
     DROP_ATTEMPTS,
     FLAKY_RETRY_AFTER,
@@ -138,6 +139,8 @@ def main(args: argparse.Namespace) -> int:
 
 async def _demo(args: argparse.Namespace, workdir: str) -> int:
     started = time.monotonic()
+    # The demo watches its own loop, and ends with what corun ps would show of it.
+    observer = observe.enable(serve=False)
     input_path = os.path.join(workdir, "urls.txt")
     output_path = os.path.join(workdir, "out.jsonl")
     for stale in (output_path, output_path + ".journal"):
@@ -185,11 +188,23 @@ async def _demo(args: argparse.Namespace, workdir: str) -> int:
         ceiling=options.per_host,
     )
     print(_story(summary, kinds, stats, report), flush=True)
+    print(_loop_view(observer.summary()), flush=True)
     if args.json is not None:
         with open(args.json, "w", encoding="utf-8") as stream:
             json.dump(asdict(report), stream, indent=2, sort_keys=True)
             stream.write("\n")
     return 0
+
+
+def _loop_view(loop: observe.LoopSummary) -> str:
+    """The demo's own loop, as ``corun ps`` shows a loop: lag percentiles and the longest step."""
+    lag = loop.lag
+    return (
+        f"The demo's own loop (corun.observe): {loop.steps:,} callbacks and task steps; "
+        f"lag p50 {lag.p50 * 1e6:,.0f} us, p90 {lag.p90 * 1e6:,.0f} us, "
+        f"p99 {lag.p99 * 1e3:,.1f} ms, max {lag.max * 1e3:,.1f} ms; "
+        f"longest step {loop.longest_step * 1e3:,.1f} ms ({loop.longest_step_owner[:60]})."
+    )
 
 
 def _read_output(path: str) -> tuple[dict[str, KindReport], int]:

@@ -48,6 +48,7 @@ def loop_document(summaries: Sequence[LoopSummary]) -> dict[str, Any]:
         "utilization": max((s.utilization for s in running), default=0.0),
         "cpu": sum(s.cpu for s in running),
         "steps": sum(s.steps for s in summaries),
+        "longest_step": max((s.longest_step for s in summaries), default=0.0),
         "loops": len(summaries),
         "tasks": tasks,
     }

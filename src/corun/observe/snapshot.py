@@ -23,6 +23,9 @@ class LoopSummary:
     steps: int
     #: Seconds spent running handles since observation started.
     busy: float
+    #: The longest step or callback since observation started (seconds), and what ran it.
+    longest_step: float
+    longest_step_owner: str
     #: Live tasks of the loop, by state.
     tasks: dict[str, int]
     #: Tasks created and finished since observation started.

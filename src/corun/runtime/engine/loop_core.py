@@ -181,6 +181,9 @@ def _run_handles_accounted(
                 account_task_step(task, duration, lag)
             elif lag >= 0.0:
                 lag_histogram.record(lag)
+            if duration > accounting.longest:
+                accounting.longest = duration
+                accounting.longest_owner = handle if task is None else task
             if duration >= threshold:
                 accounting.long_step(handle if task is None else task, now, duration)
             if debug:
