@@ -37,7 +37,9 @@ def test_ps_lists_ten_thousand_tasks_with_what_each_waits_on(tmp_path: Path) -> 
     )
     try:
         assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline().strip() == "ready", child.stderr
+        ready, baseline = child.stdout.readline().split()
+        assert ready == "ready", child.stderr
+        baseline_stall_ms = float(baseline)
         started = time.monotonic()
         result = run_cli("ps", str(child.pid), "--json", env=env)
         elapsed = time.monotonic() - started
@@ -66,6 +68,8 @@ def test_ps_lists_ten_thousand_tasks_with_what_each_waits_on(tmp_path: Path) -> 
     assert main and all(t["parent"] == main[0]["id"] for t in by_kind["event"])
     assert document["loop"]["tasks"]["total"] == len(tasks)
     # The command, a fresh interpreter included, answers promptly, and the
-    # child's loop was never held up for more than 5 ms meanwhile.
+    # answer held the child's loop up by at most 5 ms: beyond the longest gap
+    # the same ticker saw over a second when nothing was asked (this machine's
+    # own floor, 3 to 7 ms here: docs/observe.md has the measurement).
     assert elapsed < TIMEOUT
-    assert worst_stall_ms <= 5.0, worst_stall_ms
+    assert worst_stall_ms <= baseline_stall_ms + 5.0, (worst_stall_ms, baseline_stall_ms)

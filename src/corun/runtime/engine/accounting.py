@@ -196,14 +196,25 @@ class EventRing:
         self.buffer[start : start + size] = data
         self.written += 1
 
-    def events(self) -> list[tuple[float, int, int, int, str]]:
-        """Every event still held, oldest first: ``(time, kind, a, b, text)``."""
-        buffer = bytes(self.buffer)  # one copy: the loop may go on writing
+    def held(self) -> tuple[int, int]:
+        """The numbers of the oldest event held and of the next to be written."""
         written = self.written
+        return (written - self.slots if written > self.slots else 0), written
+
+    def events(self, first: int = -1, stop: int = -1) -> list[tuple[float, int, int, int, str]]:
+        """The events numbered ``first`` to ``stop`` (default: all held), oldest first.
+
+        Each is ``(time, kind, a, b, text)``. A reader in another thread takes
+        them in slices (see ``held``): decoding all 10,880 in one call would
+        hold the GIL for milliseconds. Events overwritten meanwhile are skipped.
+        """
+        buffer = bytes(self.buffer)  # one copy: the loop may go on writing
+        oldest, written = self.held()
+        first = oldest if first < oldest else first
+        stop = written if stop < 0 or stop > written else stop
         slots = self.slots
-        first = written - slots if written > slots else 0
         out: list[tuple[float, int, int, int, str]] = []
-        for number in range(first, written):
+        for number in range(first, stop):
             offset = (number % slots) * SLOT
             stamp, kind, size, a, b = _unpack_from(buffer, offset)
             start = offset + HEADER_SIZE
