@@ -121,7 +121,7 @@ def ps_text(observers: Sequence[Observer]) -> str:
                     "stack": stack,
                 }
             )
-            if len(batch) == 64:  # one encoder call per batch, not per task
+            if len(batch) == 32:  # one encoder call per batch, not per task
                 encoded.append(dumps(batch)[1:-1])
                 batch.clear()
         if batch:

@@ -32,7 +32,7 @@ MIN_STALL_THRESHOLD: Final = 0.01
 MAX_STALLS: Final = 128
 #: Off the loop's thread, a walk of the tasks holds the GIL at most about this
 #: long, then sleeps this long, so that the loop's thread can take the GIL.
-CHUNK_SECONDS: Final = 0.001
+CHUNK_SECONDS: Final = 0.0005
 CHUNK_PAUSE: Final = 0.0003
 
 
