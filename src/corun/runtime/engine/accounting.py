@@ -248,9 +248,9 @@ class LoopAccounting:
         self.step_gc: float = 0.0
         self.steps: i64 = 0
         self.busy: float = 0.0
-        # The longest step seen, and its task or handle.
+        # The longest step seen, and the name of its task or callback.
         self.longest: float = 0.0
-        self.longest_owner: object = None
+        self.longest_owner: str = ""
         self.io_wait_total: float = 0.0
         self.io_wait_since: float = 0.0
         self.tasks_spawned: int = 0

@@ -183,7 +183,13 @@ def _run_handles_accounted(
                 lag_histogram.record(lag)
             if duration > accounting.longest:
                 accounting.longest = duration
-                accounting.longest_owner = handle if task is None else task
+                # A name, not the object: holding a task or handle would keep
+                # it (and all it references) alive.
+                accounting.longest_owner = (
+                    getattr(handle._callback, "__qualname__", "a callback")
+                    if task is None
+                    else task._name
+                )
             if duration >= threshold:
                 accounting.long_step(handle if task is None else task, now, duration)
             if debug:
