@@ -2,6 +2,7 @@
 
 ``AppThread`` serves an app from a thread of the test's process (its own
 loop); handlers update plain attributes that tests read after it closes.
+``ThreadServer`` serves the HTTP tests' fault-injecting server the same way.
 
 ``ServerProcess`` runs a capacity server (``shedding`` or ``latency``) in a
 process of its own (``python fetch_servers.py KIND ...``), so that what it
@@ -22,19 +23,27 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Self
 
 from aiohttp import web
 
+# The fault-injecting server of the HTTP tests, for ThreadServer.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "http"))
 
-class AppThread:
-    """Serve the ``web.Application`` that ``make_app()`` returns, from a thread."""
+from http_servers import Faults, serve
 
-    def __init__(self, make_app: Callable[[], web.Application]) -> None:
+
+class ServedThread:
+    """Run ``serving()`` on a loop of its own in a thread: an async context manager
+    that serves until it is exited, yielding the server's base URL."""
+
+    def __init__(self, serving: Callable[[], AbstractAsyncContextManager[str]]) -> None:
         self.base = ""
-        self._make_app = make_app
+        self._serving = serving
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
@@ -46,29 +55,57 @@ class AppThread:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        runner = web.AppRunner(self._make_app(), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-        await site.start()
-        server = site._server
-        assert server is not None
-        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base = f"http://127.0.0.1:{port}"
-        self._ready.set()
-        try:
+        async with self._serving() as base:
+            self.base = base
+            self._ready.set()
             await self._stop.wait()
-        finally:
-            await runner.cleanup()
 
-    def __enter__(self) -> AppThread:
+    def start(self) -> None:
         self._thread.start()
         assert self._ready.wait(10)
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def close(self) -> None:
         assert self._stop is not None
         self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AppThread(ServedThread):
+    """Serve the ``web.Application`` that ``make_app()`` returns, from a thread."""
+
+    def __init__(self, make_app: Callable[[], web.Application]) -> None:
+        super().__init__(lambda: _app_served(make_app))
+
+
+class ThreadServer(ServedThread):
+    """The fault-injecting server (``http_servers``) on its own loop in a thread (so a
+    child process, or a test's own loop, can talk to it)."""
+
+    def __init__(self) -> None:
+        self.faults = Faults()
+        super().__init__(lambda: serve(self.faults))
+
+
+@asynccontextmanager
+async def _app_served(make_app: Callable[[], web.Application]) -> AsyncIterator[str]:
+    runner = web.AppRunner(make_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+    await site.start()
+    server = site._server
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
 
 
 @dataclass

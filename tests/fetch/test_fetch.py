@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fetch_servers import ThreadServer
 
 import corun
-from conftest import ThreadServer
 from corun.fetch import (
     BadInput,
     FetchOptions,

@@ -7,6 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+import corun
+import corun.observe as observe
+
 
 @pytest.fixture(autouse=True)
 def _own_inspection_socket_closed() -> Iterator[None]:
@@ -21,3 +24,16 @@ def _own_inspection_socket_closed() -> Iterator[None]:
         server.close()
         monitor.MONITOR.server = None  # type: ignore[union-attr]
     yield
+
+
+@pytest.fixture
+def loop() -> Iterator[corun.EventLoop]:
+    """A corun loop of the test's own; observation of it, if enabled, ends with it."""
+    loop = corun.new_event_loop()
+    try:
+        yield loop
+    finally:
+        observer = observe.observer_of(loop)
+        if observer is not None:
+            observer.close()
+        loop.close()

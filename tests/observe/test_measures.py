@@ -7,7 +7,6 @@ import math
 import random
 import time
 import tracemalloc
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,19 +22,6 @@ from corun.runtime.engine.accounting import (
     bucket_bounds,
     bucket_of,
 )
-
-
-@pytest.fixture
-def loop() -> Iterator[corun.EventLoop]:
-    loop = corun.new_event_loop()
-    try:
-        yield loop
-    finally:
-        observer = observe.observer_of(loop)
-        if observer is not None:
-            observer.close()
-        loop.close()
-
 
 # --- the histogram ---------------------------------------------------------------
 

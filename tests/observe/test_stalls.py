@@ -12,9 +12,6 @@ import math
 import socket
 import sys
 import time
-from collections.abc import Iterator
-
-import pytest
 
 import corun
 import corun.observe as observe
@@ -22,18 +19,6 @@ from corun.observe import Stall
 
 # Detection budget: the threshold plus 10 ms, at the 99th percentile.
 SLACK = 0.010
-
-
-@pytest.fixture
-def loop() -> Iterator[corun.EventLoop]:
-    loop = corun.new_event_loop()
-    try:
-        yield loop
-    finally:
-        observer = observe.observer_of(loop)
-        if observer is not None:
-            observer.close()
-        loop.close()
 
 
 def _wait_for_stalls(observer: observe.Observer, count: int) -> tuple[Stall, ...]:

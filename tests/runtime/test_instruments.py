@@ -376,3 +376,34 @@ def test_stdlib_task_on_corun_loop_does_not_break_instruments(loop, Recorder):
     assert loop.run_until_complete(asyncio.tasks._PyTask(coro(), loop=loop)) == 7
     assert loop.run_until_complete(asyncio.Task(coro(), loop=loop)) == 7
     loop.remove_instrument(rec)
+
+
+def test_task_scheduled_marks_each_wakeup_before_its_step(loop, Instrument):
+    """task_scheduled (as in Trio): at creation, then whenever the task is woken."""
+    events = []
+
+    class Scheduling(Instrument):
+        def task_scheduled(self, task):
+            events.append(("scheduled", task))
+
+        def before_task_step(self, task):
+            events.append(("step", task))
+
+    async def waiter(fut):
+        await fut  # woken when fut completes
+        await asyncio.sleep(0)  # woken by its own yield
+
+    async def main():
+        fut = loop.create_future()
+        task = loop.create_task(waiter(fut))
+        await asyncio.sleep(0)
+        fut.set_result(None)
+        await task
+        return task
+
+    loop.add_instrument(Scheduling())
+    task = loop.run_until_complete(main())
+    mine = [name for name, obj in events if obj is task]
+    # Three steps, each scheduled first; a callback that merely shares the
+    # name of the task's step is not taken for one.
+    assert mine == ["scheduled", "step"] * 3

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from corun.observe.histogram import LatencyHistogram
 from corun.observe.observer import Observer
-from corun.observe.snapshot import LoopSummary, Stall, TaskSummary
+from corun.observe.snapshot import LoopSummary, Stall
 
 #: Rows in a ``top`` answer.
 TOP_ROWS: Final = 200
@@ -70,25 +70,8 @@ def stall_document(stall: Stall) -> dict[str, Any]:
     }
 
 
-def _task_document(task: TaskSummary) -> dict[str, Any]:
-    return {
-        "id": task.id,
-        "name": task.name,
-        "parent": task.parent,
-        "state": task.state,
-        "waiting_on": task.waiting_on,
-        "stack": list(task.stack),
-    }
-
-
-def ps(observers: Sequence[Observer]) -> dict[str, Any]:
-    """The ``ps`` answer, as a document (``ps_text`` makes the same as JSON text, cheaper)."""
-    result: dict[str, Any] = json.loads(ps_text(observers))
-    return result
-
-
 def ps_text(observers: Sequence[Observer]) -> str:
-    """The ``ps`` answer as JSON text.
+    """The ``ps`` answer, as JSON text.
 
     Each task is encoded as it is walked, so that no single step holds the
     GIL for long: encoding a 10,000-task document at once would stall the

@@ -227,7 +227,7 @@ class Observer:
         else:
             references = []
         live = []
-        pause = _Pauses(off_loop=threading.get_ident() != loop._thread_id)
+        pause = _Pauses(off_loop=self._off_loop())
         for reference in references:
             task = reference()
             if task is not None and task.get_loop() is loop and not task.done():
@@ -246,12 +246,13 @@ class Observer:
         ``_Pauses``), so that the loop of a process with 10,000 tasks is never
         held up for long.
         """
+        off_loop = self._off_loop()
         live = self.live_tasks()
-        counters = _counters(live)
+        counters = _counters(live, off_loop=off_loop)
         step_task = self.accounting.step_task
         loop = self._loop_ref()
         now = loop.time() if loop is not None else 0.0
-        pause = _Pauses(off_loop=loop is None or threading.get_ident() != loop._thread_id)
+        pause = _Pauses(off_loop=off_loop)
         for index, task in enumerate(live):
             pause.tick()
             ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters[index]
@@ -288,7 +289,7 @@ class Observer:
         which ranks them. For ``corun top``: no stacks, no dataclasses.
         """
         live = self.live_tasks()
-        counters = _counters(live)
+        counters = _counters(live, off_loop=self._off_loop())
         last = self._top_last
         current: dict[int, float] = {}
         ranked: list[tuple[float, int]] = []
@@ -333,8 +334,7 @@ class Observer:
     def events(self) -> list[Event]:
         """The flight recorder's events, oldest first."""
         recorder = self.accounting.recorder
-        loop = self._loop_ref()
-        off_loop = loop is None or threading.get_ident() != loop._thread_id
+        off_loop = self._off_loop()
         oldest, written = recorder.held()
         out: list[Event] = []
         for first in range(oldest, written, 1024):
@@ -378,6 +378,11 @@ class Observer:
         """Change the stall threshold (seconds, checked by ``enable``)."""
         self.stall_threshold = seconds
         self.accounting.stall_threshold = seconds
+
+    def _off_loop(self) -> bool:
+        """Whether this thread is not the loop's (a walk must then leave it the GIL now and then)."""
+        loop = self._loop_ref()
+        return loop is None or threading.get_ident() != loop._thread_id
 
     def running(self) -> bool:
         """Whether the observed loop is running."""
@@ -574,18 +579,14 @@ class Observer:
         self.accounting.recorder.add(NOTE, 0, 0, text)
 
 
-def _counters(live: list[Any]) -> list[Any]:
+def _counters(live: list[Any], *, off_loop: bool) -> list[Any]:
     """``task_counters`` of ``live`` in slices, with a pause between them off the loop.
 
     One compiled pass over 10,000 tasks holds the GIL for milliseconds.
     """
-    loop_thread = False
-    if live:
-        loop = live[0].get_loop()
-        loop_thread = threading.get_ident() == getattr(loop, "_thread_id", None)
     out: list[Any] = []
     for start in range(0, len(live), 512):
-        if start and not loop_thread:
+        if start and off_loop:
             time.sleep(CHUNK_PAUSE)
         out.extend(task_counters(live[start : start + 512]))
     return out

@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import select
 from collections import deque
+from collections.abc import Callable
 from typing import Final
 
 from corun.runtime.engine.handles import Handle
@@ -194,14 +195,16 @@ class EpollIO:
                 epoll.register(fd, events)
         registration.events = events
 
-    def poll(self, timeout: float | None, ready: deque[Handle], stamp: float) -> int:
+    def poll(
+        self, timeout: float | None, ready: deque[Handle], clock: Callable[[], float] | None
+    ) -> float:
         """Wait up to ``timeout`` seconds (forever if None); queue the handles of ready fds.
 
-        Each handle queued is stamped with ``stamp`` when it is not 0.0 (see
-        Handle._queued).
+        With a ``clock`` (corun.observe's accounting is on), each handle queued
+        is stamped with the time the wait returned (see Handle._queued).
 
         Returns:
-            The number of fds epoll reported.
+            That time, or 0.0 without a ``clock``.
         """
         if timeout is None:
             timeout = -1.0
@@ -212,6 +215,7 @@ class EpollIO:
         # FD_SETSIZE - 1: it allocates (and clears) a buffer that size on
         # every call, 12 KiB, which cost more than the wait itself.
         events = self._epoll.poll(timeout, min(max(len(registrations), 1), MAX_EVENTS))
+        stamp = clock() if clock is not None else 0.0
         for fd, mask in events:
             registration = registrations.get(fd)
             if registration is None:
@@ -222,8 +226,7 @@ class EpollIO:
                     if reader._cancelled:
                         self.remove_reader(fd)
                     else:
-                        if stamp != 0.0:
-                            reader._queued = stamp
+                        reader._queued = stamp
                         ready.append(reader)
             if mask & _WRITE_EVENTS:
                 writer = registration.writer
@@ -231,7 +234,6 @@ class EpollIO:
                     if writer._cancelled:
                         self.remove_writer(fd)
                     else:
-                        if stamp != 0.0:
-                            writer._queued = stamp
+                        writer._queued = stamp
                         ready.append(writer)
-        return len(events)
+        return stamp

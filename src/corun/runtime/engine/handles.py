@@ -124,12 +124,14 @@ def task_of(handle: Handle) -> Any:
     if callback is None:
         return None
     name = getattr(callback, "__name__", "")
+    owner: Any = None
     if name == "task_step":
         args = handle._arguments()
-        return args[0] if args else None
-    if name == "_wakeup":
-        return getattr(callback, "__self__", None)
-    return None
+        owner = args[0] if args else None
+    elif name == "_wakeup":
+        owner = getattr(callback, "__self__", None)
+    # A callback of the user's that has one of those names is not a task's.
+    return owner if hasattr(owner, "get_coro") else None
 
 
 class Handle:

@@ -98,24 +98,16 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
         instruments.call_io_hook("before_io_wait", instruments.before_io_wait, timeout)
     accounting = loop._corun_accounting
     if accounting is None:
-        loop._io.poll(timeout, queue, 0.0)
+        loop._io.poll(timeout, queue, None)
     else:
-        clock = accounting.clock
-        accounting.io_wait_since = start = clock()
+        accounting.io_wait_since = start = accounting.clock()
         try:
-            # An empty poll is the loop's own bookkeeping, not a wait.
-            loop._io.poll(timeout, queue, -1.0)
+            end = loop._io.poll(timeout, queue, accounting.clock)
         finally:
-            end = clock()
             accounting.io_wait_since = 0.0
-            if timeout != 0.0:
-                accounting.io_wait_total += end - start
-        # The handles of ready fds were queued when the wait returned.
-        for index in range(len(queue) - 1, -1, -1):
-            handle = queue[index]
-            if handle._queued != -1.0:
-                break
-            handle._queued = end
+        # An empty poll is the loop's own bookkeeping, not a wait.
+        if timeout != 0.0:
+            accounting.io_wait_total += end - start
     if instruments.after_io_wait:
         instruments.call_io_hook("after_io_wait", instruments.after_io_wait, timeout)
 
