@@ -11,7 +11,8 @@ The pieces: ``observer.py`` (one loop: accounting read into snapshots, the
 stall watch), ``monitor.py`` (the process's watchdog thread and the
 faulthandler backstop), ``waits.py`` (what a task waits on), ``histogram.py``,
 ``snapshot.py`` (the dataclasses), ``answers.py`` and ``prometheus.py`` (what
-the socket serves), ``server.py`` and ``client.py`` (the socket),
+the socket serves), ``metrics.py`` (the figures both exports report),
+``otel.py`` (the optional OpenTelemetry instruments), ``server.py`` and ``client.py`` (the socket),
 ``dumps.py`` (the flight recorder on SIGTERM and crash), ``views.py`` (what
 the commands print).
 """

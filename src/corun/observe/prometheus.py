@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corun.observe.histogram import PROMETHEUS_BOUNDS, LatencyHistogram
+from corun.observe.metrics import merged
 from corun.observe.observer import Observer
 
 
@@ -28,48 +29,34 @@ def _histogram(name: str, help_text: str, histogram: LatencyHistogram) -> list[s
 
 def exposition(observers: Sequence[Observer]) -> str:
     """The metrics of every observed loop, merged, in Prometheus text format 0.0.4."""
-    lag = LatencyHistogram.empty()
-    schedule = LatencyHistogram.empty()
-    utilization = 0.0
-    cpu = 0.0
-    steps = 0
-    stalls = 0
-    states: dict[str, int] = {"running": 0, "ready": 0, "waiting": 0, "cancelling": 0}
-    for observer in observers:
-        summary = observer.summary()
-        lag = lag + summary.lag
-        schedule = schedule + summary.schedule
-        utilization = max(utilization, summary.utilization)
-        cpu += summary.cpu
-        steps += summary.steps
-        stalls += len(observer.stall_list())
-        for state, count in summary.tasks.items():
-            states[state] = states.get(state, 0) + count
+    figures = merged(observers)
     lines = _histogram(
         "corun_eventloop_lag_seconds",
         "Lateness of timers and ready callbacks: run time minus due or queued time.",
-        lag,
+        figures.lag,
     )
     lines += _histogram(
         "corun_task_schedule_seconds",
         "Wake-to-run latency of task steps.",
-        schedule,
+        figures.schedule,
     )
     lines += [
         "# HELP corun_eventloop_utilization Busy fraction of the loop over the last second.",
         "# TYPE corun_eventloop_utilization gauge",
-        f"corun_eventloop_utilization {utilization:.6g}",
+        f"corun_eventloop_utilization {figures.utilization:.6g}",
         "# HELP corun_eventloop_cpu CPU time of the loop thread over the last second, in cores.",
         "# TYPE corun_eventloop_cpu gauge",
-        f"corun_eventloop_cpu {cpu:.6g}",
+        f"corun_eventloop_cpu {figures.cpu:.6g}",
         "# HELP corun_eventloop_steps_total Callbacks and task steps run while observed.",
         "# TYPE corun_eventloop_steps_total counter",
-        f"corun_eventloop_steps_total {steps}",
+        f"corun_eventloop_steps_total {figures.steps}",
         "# HELP corun_eventloop_stalls_total Stalls kept (the most recent ones).",
         "# TYPE corun_eventloop_stalls_total counter",
-        f"corun_eventloop_stalls_total {stalls}",
+        f"corun_eventloop_stalls_total {figures.stalls}",
         "# HELP corun_tasks Live tasks by state.",
         "# TYPE corun_tasks gauge",
     ]
-    lines += [f'corun_tasks{{state="{state}"}} {count}' for state, count in sorted(states.items())]
+    lines += [
+        f'corun_tasks{{state="{state}"}} {count}' for state, count in sorted(figures.tasks.items())
+    ]
     return "\n".join(lines) + "\n"
