@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import subprocess
+import sys
+import textwrap
 import time
 import tracemalloc
 
@@ -218,6 +221,55 @@ def test_spawn_exit_and_cancel_events(loop: corun.EventLoop) -> None:
     assert "canceller" in cancel.text, cancel.text
     exits = [e for e in events if e.kind == "exit" and e.text.startswith("victim ")]
     assert exits and exits[0].text.endswith("CANCELLED"), kinds
+
+
+# A child process: a crash there fails the test instead of killing the test run.
+_FREED_STEP_CHILD = textwrap.dedent(
+    """
+    import asyncio, threading, time
+    import corun, corun.observe as observe
+
+    loop = corun.new_event_loop()
+    accounting = observe.enable(loop, serve=False).accounting
+    stop = threading.Event()
+    reads = 0
+
+    def read():  # what the watchdog does: read the step slots and use what they hold
+        global reads
+        while not stop.is_set():
+            handle, task = accounting.step_handle, accounting.step_task
+            if handle is not None:
+                reads += 1
+                type(handle).__name__, type(task).__name__
+
+    class LeavesTheGil:
+        def __del__(self):
+            time.sleep(0)  # freed with its handle: the reader runs meanwhile
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    try:
+        for _ in range(20):
+            for _ in range(500):
+                loop.call_soon(lambda arg: None, LeavesTheGil())
+            loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        stop.set()
+        thread.join()
+    print(reads)
+    """
+)
+
+
+def test_the_watchdog_never_reads_a_freed_step() -> None:
+    # Compiled code releases an attribute's old value before storing the new
+    # one; a handle freed that way, whose release runs Python code, used to
+    # be read by the other thread from the step slot: a segmentation fault.
+    run = subprocess.run(
+        [sys.executable, "-c", _FREED_STEP_CHILD], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert int(run.stdout) > 0, "the reader saw steps running"
 
 
 def test_a_failing_watchdog_part_is_switched_off_and_the_loop_goes_on(

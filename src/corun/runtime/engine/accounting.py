@@ -242,6 +242,10 @@ class LoopAccounting:
         self.step_start: float = 0.0
         self.step_handle: object = None
         self.step_task: Any = None
+        # What step_handle and step_task held before: the loop moves the old
+        # value here before it overwrites a step slot (see ``retire_step``).
+        self.retired_handle: object = None
+        self.retired_task: Any = None
         # Seconds the collector ran, kept by corun.observe's gc callback;
         # step_gc is its value when the running step started.
         self.gc_total: float = 0.0
@@ -259,6 +263,23 @@ class LoopAccounting:
         # (seq, owner, start, duration, gc seconds): steps over stall_threshold,
         # taken by the watchdog; bounded in case nobody takes them.
         self.long_steps: list[tuple[int, object, float, float, float]] = []
+
+    def retire_step(self) -> None:
+        """Clear the step slots without freeing what they held while a slot points at it.
+
+        Compiled code releases an attribute's old value *before* it stores the
+        new one. If that was the last reference, the object is freed while the
+        slot still points at it, and its finaliser (a coroutine's ``close``)
+        may run Python code, where the watchdog thread can take the GIL, read
+        the slot and use a freed object. So the old values move to slots that
+        no other thread reads, and are released from there.
+        """
+        self.retired_handle = self.step_handle
+        self.retired_task = self.step_task
+        self.step_handle = None
+        self.step_task = None
+        self.retired_handle = None
+        self.retired_task = None
 
     def new_task_id(self) -> int:
         """A number for a new task, unique for this loop."""

@@ -154,6 +154,11 @@ def _run_handles_accounted(
             lag = now - queued if queued > 0.0 else -1.0
             accounting.step_seq += 1
             accounting.step_start = now
+            # The previous step's handle and task go to the retired slots first:
+            # overwritten directly, they could be freed while the watchdog can
+            # still read them (``LoopAccounting.retire_step``).
+            accounting.retired_handle = accounting.step_handle
+            accounting.retired_task = accounting.step_task
             accounting.step_handle = handle
             accounting.step_task = None
             accounting.step_gc = accounting.gc_total
@@ -192,8 +197,7 @@ def _run_handles_accounted(
                     )
             now = end
     finally:
-        accounting.step_handle = None
-        accounting.step_task = None
+        accounting.retire_step()
 
 
 def as_asyncio_loop(loop: LoopCore) -> AbstractEventLoop:
