@@ -102,15 +102,29 @@ async def _steps_main(loop: asyncio.AbstractEventLoop, tasks: int, steps: int) -
     return time.perf_counter() - t0
 
 
+async def _idle_tasks(loop: asyncio.AbstractEventLoop, count: int) -> Any:
+    """``count`` tasks waiting on one event, and the event that releases them."""
+    release = asyncio.Event()
+    idle = [loop.create_task(release.wait()) for _ in range(count)]
+    await asyncio.sleep(0)
+    return release, idle
+
+
 def steps(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> Metrics:
     """Empty task steps: ``tasks`` tasks each doing ``n // tasks`` ``await asyncio.sleep(0)``.
 
     The cost of one step of the loop and nothing else; ``ns_per_step`` is what
-    observation's per-step budget is stated in.
+    observation's per-step budget is stated in. With ``idle``, that many more
+    tasks wait on an event meanwhile (what ``corun top`` has to look through).
     """
     n, tasks = int(params["n"]), int(params["tasks"])
+    idle = int(params.get("idle", 0))
+    held = loop.run_until_complete(_idle_tasks(loop, idle)) if idle else None
     _run_measured(loop, _steps_main(loop, tasks, max(1, n // tasks // 10)))
     elapsed = _run_measured(loop, _steps_main(loop, tasks, n // tasks))
+    if held is not None:
+        held[0].set()
+        loop.run_until_complete(asyncio.gather(*held[1]))
     return {"time_ms": elapsed * 1e3, "ns_per_step": elapsed / n * 1e9}
 
 

@@ -13,7 +13,8 @@ Modes, each a fresh worker process per repetition, interleaved:
   observation existed, built in its own venv, run the same way: the "off vs
   main" budget.
 
-Workloads: ``steps`` (empty task steps, ns per step), echo over protocols
+Workloads: ``steps`` (empty task steps, ns per step), the same beside
+10,000 idle tasks (``steps/idle10k``: what ``top`` looks through), echo over protocols
 and over streams (1 KiB, 10 connections) and HTTP (aiohttp, 100
 connections). The report gives medians side by side and each mode's change
 against ``off``. Results go to ``benchmarks/results/observe_overhead.{json,md}``.
@@ -34,12 +35,21 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cases import Case, build_cases, select
+from benchmarks.cases import Case, Metric, build_cases
 from benchmarks.driver import _worker_env
 from benchmarks.tools import Client, choose_clients
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("steps", "echo/protocol/1KiB/c10", "echo/streams/1KiB/c10", "http/c100")
+CASES = ("steps", "steps/idle10k", "echo/protocol/1KiB/c10", "echo/streams/1KiB/c10", "http/c100")
+# Only here, not in `make bench`: the empty steps beside 10,000 idle tasks,
+# which `corun top` has to look through once a second (its 1% budget).
+IDLE_STEPS = Case(
+    "steps",
+    "steps/idle10k",
+    "empty steps (5,000,000: 10 tasks x sleep(0)) beside 10,000 idle tasks",
+    {"kind": "steps", "n": 5_000_000, "tasks": 10, "idle": 10_000},
+    (Metric("ns_per_step", "per step", "ns", False),),
+)
 # The figure each workload is judged by, and whether higher is better.
 FIGURES = {
     "steps": ("ns_per_step", False),
@@ -137,8 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline-root", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
-    cases = select(build_cases(quick=False), args.only.split(","))
-    cases = [c for c in cases if c.case_id in args.only.split(",")]
+    wanted = args.only.split(",")
+    cases = [c for c in [*build_cases(quick=False), IDLE_STEPS] if c.case_id in wanted]
     modes = ["off", "on", "top"] + (["main"] if args.baseline_root else [])
     echo_client, http_client = choose_clients("auto", "auto")
     rows: dict[str, dict[str, list[float]]] = {}

@@ -10,12 +10,13 @@ import sys
 import textwrap
 import time
 import tracemalloc
+from typing import Any
 
 import pytest
 
 import corun
 import corun.observe as observe
-from corun.observe import LatencyHistogram
+from corun.observe import LatencyHistogram, answers
 from corun.runtime.engine.accounting import (
     BUCKETS,
     SLOT,
@@ -171,6 +172,53 @@ def test_utilisation_of_a_busy_and_an_idle_loop(loop: corun.EventLoop) -> None:
     assert busy_share > 0.9, busy_share
     assert idle_share < 0.1, idle_share
     assert observer.cpu < 0.2  # time.sleep and epoll both park the thread
+
+
+def test_top_ranks_the_tasks_busiest_since_its_last_look(loop: corun.EventLoop) -> None:
+    observer = observe.enable(loop, serve=False)
+    release = asyncio.Event()
+    turn = {"name": "early"}
+
+    async def worker(name: str) -> None:
+        while not release.is_set():
+            if turn["name"] == name:
+                end = time.perf_counter() + 0.002
+                while time.perf_counter() < end:
+                    pass
+            await asyncio.sleep(0)
+
+    async def idle() -> None:
+        await release.wait()
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+        for name in ("early", "late"):
+            loop.create_task(worker(name), name=name)
+        for n in range(50):
+            loop.create_task(idle(), name=f"idle-{n}")
+        await asyncio.sleep(0.1)
+        first = answers.top([observer], rows=3)
+        turn["name"] = "late"
+        await asyncio.sleep(0.1)
+        second = answers.top([observer], rows=3)
+        release.set()
+        return first, second
+
+    first, second = loop.run_until_complete(loop.create_task(main(), name="main"))
+    # Since the start, "early" did the work; since the first look, "late".
+    # ("main" is busy too: the first answer was made in its step.)
+    assert first["tasks"][0]["name"] == "early"
+    assert second["tasks"][0]["name"] == "late"
+    assert len(first["tasks"]) == len(second["tasks"]) == 3
+    assert all(row["name"] in ("early", "late", "main") for row in second["tasks"])
+    late = second["tasks"][0]
+    assert late["busy"] >= 0.05 and late["steps"] >= 25 and late["state"] == "ready"
+    # Every task is counted by state, though only three are listed.
+    assert second["loop"]["tasks"] == {
+        "total": 53,
+        "running": 1,
+        "ready": 2,
+        "waiting": 50,
+    }
 
 
 # --- the flight recorder -------------------------------------------------------------

@@ -22,7 +22,13 @@ from corun.observe.protocol import logger
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
 from corun.observe.waits import await_chain, task_stack, thread_stack, waiting_on
 from corun.runtime.engine.accounting import KIND_NAMES, NOTE, STALL, SUMMARY, LoopAccounting
-from corun.runtime.engine.task_core import TaskCore, task_counters
+from corun.runtime.engine.task_core import (
+    STATE_NAMES,
+    TaskCore,
+    live_tasks_of,
+    rank_busiest,
+    task_counters,
+)
 from corun.runtime.loop import EventLoop
 
 #: The default stall threshold, and the lowest one allowed, in seconds.
@@ -226,14 +232,7 @@ class Observer:
                 continue
         else:
             references = []
-        live = []
-        pause = _Pauses(off_loop=self._off_loop())
-        for reference in references:
-            task = reference()
-            if task is not None and task.get_loop() is loop and not task.done():
-                live.append(task)
-            pause.tick()
-        return live
+        return live_tasks_of(references, loop)
 
     def tasks(self, *, stacks: bool = True) -> list[TaskSummary]:
         """A summary of each live task (``stacks=False``: without await chains and waits)."""
@@ -289,26 +288,21 @@ class Observer:
         which ranks them. For ``corun top``: no stacks, no dataclasses.
         """
         live = self.live_tasks()
-        counters = _counters(live, off_loop=self._off_loop())
-        last = self._top_last
-        current: dict[int, float] = {}
-        ranked: list[tuple[float, int]] = []
         step_task = self.accounting.step_task
-        for index, task in enumerate(live):
-            if states is not None:
-                waiter = task._fut_waiter if isinstance(task, TaskCore) else None
-                state = _state(task, step_task, waiter)
-                states[state] = states.get(state, 0) + 1
-            ident = counters[index][0] or id(task)
-            busy = counters[index][3]
-            current[ident] = busy
-            ranked.append((busy - last.get(ident, 0.0), index))
-        self._top_last = current
-        ranked.sort(reverse=True)
+        # One compiled pass ranks and counts them all; only the chosen rows
+        # are read further.
+        chosen, recents, self._top_last, counts = rank_busiest(
+            live, step_task, self._top_last, rows
+        )
+        if states is not None:
+            for name, count in zip(STATE_NAMES, counts, strict=True):
+                if count:
+                    states[name] = states.get(name, 0) + count
+        picked = [live[index] for index in chosen]
+        counters = task_counters(picked)
         out: list[dict[str, Any]] = []
-        for recent, index in ranked[:rows]:
-            task = live[index]
-            ident, _parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters[index]
+        for task, recent, row in zip(picked, recents, counters, strict=True):
+            ident, _parent, steps, busy, longest, wake_total, wake_max, wake_p99 = row
             waiter = task._fut_waiter if isinstance(task, TaskCore) else None
             out.append(
                 {

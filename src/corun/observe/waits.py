@@ -40,19 +40,25 @@ _ASYNCIO_WAITS: Final = {
 }
 
 
-# Per code object: "file:{line} function" with the line left to fill in, and
-# what a frame of it waits on ("" for none). Read for every frame of every
-# task, so computed once per code object.
-_CODE_FORMAT: dict[CodeType, str] = {}
+# "file:line function" per (code, instruction offset): the tasks of a process
+# stand at a few hundred places between them, and the line number is costly
+# to compute (the line table is searched). Bounded: code made by exec()
+# would otherwise pile up.
+_LOCATIONS: dict[tuple[CodeType, int], str] = {}
+_MAX_LOCATIONS: Final = 50_000
+# Per code object: what a frame of it waits on ("" for none).
 _CODE_KIND: dict[CodeType, str] = {}
 
 
 def _location(frame: FrameType) -> str:
-    code = frame.f_code
-    form = _CODE_FORMAT.get(code)
-    if form is None:
-        form = _CODE_FORMAT[code] = f"{code.co_filename}:%d {code.co_name}"
-    return form % frame.f_lineno
+    key = (frame.f_code, frame.f_lasti)
+    location = _LOCATIONS.get(key)
+    if location is None:
+        if len(_LOCATIONS) >= _MAX_LOCATIONS:
+            _LOCATIONS.clear()
+        code = key[0]
+        location = _LOCATIONS[key] = f"{code.co_filename}:{frame.f_lineno} {code.co_name}"
+    return location
 
 
 def _kind(code: CodeType) -> str:

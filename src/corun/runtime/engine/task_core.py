@@ -563,3 +563,71 @@ def task_counters(tasks: list[Any]) -> list[TaskCounters]:
         else:
             out.append((0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0))
     return out
+
+
+#: Task states, as ``rank_busiest`` counts them: indexes into its counts.
+STATE_NAMES: Final = ("running", "ready", "waiting", "cancelling")
+
+
+def live_tasks_of(references: list[Any], loop: object) -> list[Any]:
+    """The pending tasks of ``loop`` among weak ``references`` (one compiled pass)."""
+    live: list[Any] = []
+    for reference in references:
+        task = reference()
+        if task is None:
+            continue
+        if isinstance(task, TaskCore):
+            if task._loop is loop and task._state == PENDING:
+                live.append(task)
+        elif task.get_loop() is loop and not task.done():
+            live.append(task)
+    return live
+
+
+def rank_busiest(
+    tasks: list[Any], step_task: object, last: dict[int, float], rows: int
+) -> tuple[list[int], list[float], dict[int, float], list[int]]:
+    """For ``corun top``, in one compiled pass over ``tasks``.
+
+    Returns the indexes of the ``rows`` tasks that spent the most time on the
+    loop since ``last`` (seconds on the loop by task id, as returned by the
+    previous call), busiest first; their seconds since then; the seconds by
+    task id now; and how many tasks are in each state (``STATE_NAMES``).
+    """
+    counts = [0, 0, 0, 0]
+    now: dict[int, float] = {}
+    # Most tasks did nothing since the last look: only the others are sorted.
+    active: list[tuple[float, int]] = []
+    idle: list[int] = []
+    for index, task in enumerate(tasks):
+        if isinstance(task, TaskCore):
+            ident = task._corun_id or id(task)
+            busy = task._corun_busy
+            if task is step_task:
+                counts[0] += 1
+            elif task._num_cancels_requested:
+                counts[3] += 1
+            elif task._fut_waiter is None:
+                counts[1] += 1
+            else:
+                counts[2] += 1
+        else:
+            ident = id(task)
+            busy = 0.0
+            counts[3 if task.cancelling() else 1] += 1  # its waits are not known
+        now[ident] = busy
+        recent = busy - last.get(ident, 0.0)
+        if recent > 0.0:
+            active.append((recent, index))
+        elif len(idle) < rows:
+            idle.append(index)
+    active.sort(reverse=True)
+    chosen: list[int] = []
+    recents: list[float] = []
+    for recent, position in active[:rows]:
+        chosen.append(position)
+        recents.append(recent)
+    for position in idle[: rows - len(chosen)]:
+        chosen.append(position)
+        recents.append(0.0)
+    return chosen, recents, now, counts
