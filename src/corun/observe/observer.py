@@ -38,8 +38,10 @@ MIN_STALL_THRESHOLD: Final = 0.01
 MAX_STALLS: Final = 128
 #: Off the loop's thread, a walk of the tasks holds the GIL at most about this
 #: long, then sleeps this long, so that the loop's thread can take the GIL.
-CHUNK_SECONDS: Final = 0.0005
-CHUNK_PAUSE: Final = 0.0003
+CHUNK_SECONDS: Final = 0.002
+CHUNK_PAUSE: Final = 0.0001
+#: Tasks whose counters are read in one compiled call.
+COUNTER_SLICE: Final = 256
 
 
 class _Pauses:
@@ -247,39 +249,44 @@ class Observer:
         """
         off_loop = self._off_loop()
         live = self.live_tasks()
-        counters = _counters(live, off_loop=off_loop)
         step_task = self.accounting.step_task
         loop = self._loop_ref()
         now = loop.time() if loop is not None else 0.0
         pause = _Pauses(off_loop=off_loop)
-        for index, task in enumerate(live):
-            pause.tick()
-            ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters[index]
-            waiter = task._fut_waiter if isinstance(task, TaskCore) else None
-            stack: tuple[str, ...] = ()
-            waits = ""
-            if stacks:
-                try:
-                    chain = await_chain(task.get_coro())
-                    stack = tuple(task_stack(task, chain))
-                    if waiter is not None:
-                        waits = waiting_on(task, now, chain)
-                except Exception as exc:  # a task changing under us: say so, go on
-                    waits = f"(unreadable: {type(exc).__name__})"
-            yield (
-                ident or id(task),
-                task.get_name(),
-                parent or None,
-                _state(task, step_task, waiter),
-                steps,
-                busy,
-                longest,
-                wake_total / steps if steps else 0.0,
-                wake_max,
-                wake_p99,
-                waits,
-                stack,
-            )
+        # The counters are read a slice at a time, as the walk gets there: read
+        # all at once, 10,000 tuples would outlive the young generations and
+        # bring on a full collection, which holds every thread up for tens of
+        # milliseconds with this many tasks.
+        for first in range(0, len(live), COUNTER_SLICE):
+            tasks = live[first : first + COUNTER_SLICE]
+            for task, counters in zip(tasks, task_counters(tasks), strict=True):
+                pause.tick()
+                ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters
+                waiter = task._fut_waiter if isinstance(task, TaskCore) else None
+                stack: tuple[str, ...] = ()
+                waits = ""
+                if stacks:
+                    try:
+                        chain = await_chain(task.get_coro())
+                        stack = tuple(task_stack(task, chain))
+                        if waiter is not None:
+                            waits = waiting_on(task, now, chain)
+                    except Exception as exc:  # a task changing under us: say so, go on
+                        waits = f"(unreadable: {type(exc).__name__})"
+                yield (
+                    ident or id(task),
+                    task.get_name(),
+                    parent or None,
+                    _state(task, step_task, waiter),
+                    steps,
+                    busy,
+                    longest,
+                    wake_total / steps if steps else 0.0,
+                    wake_max,
+                    wake_p99,
+                    waits,
+                    stack,
+                )
 
     def busiest(self, rows: int, states: dict[str, int] | None = None) -> list[dict[str, Any]]:
         """The ``rows`` tasks most busy since the last call, with their cumulative counters.
@@ -571,19 +578,6 @@ class Observer:
     def note(self, text: str) -> None:
         """Write a note to the flight recorder (an observer part that failed, say)."""
         self.accounting.recorder.add(NOTE, 0, 0, text)
-
-
-def _counters(live: list[Any], *, off_loop: bool) -> list[Any]:
-    """``task_counters`` of ``live`` in slices, with a pause between them off the loop.
-
-    One compiled pass over 10,000 tasks holds the GIL for milliseconds.
-    """
-    out: list[Any] = []
-    for start in range(0, len(live), 512):
-        if start and off_loop:
-            time.sleep(CHUNK_PAUSE)
-        out.extend(task_counters(live[start : start + 512]))
-    return out
 
 
 def _state(task: Any, step_task: Any, waiter: Any) -> str:
