@@ -137,13 +137,13 @@ class Histogram:
 # --- the flight recorder ----------------------------------------------------------
 #
 # One bytearray of fixed-size slots, written round and round: its size is the
-# recorder's whole memory. A slot holds a header and a short UTF-8 text:
-#   f64 wall-clock time, u8 kind, u8 text length, u64 a, u64 b, text.
-_HEADER: Final = struct.Struct("<dBBQQ")
-HEADER_SIZE: Final = 26
+# recorder's whole memory. A slot is one struct, written by one call:
+#   f64 wall-clock time, u8 kind, u8 text length, i64 a, i64 b, the text in
+#   UTF-8 (cut at MAX_TEXT bytes, padded with zeros).
 #: The longest text an event keeps, in bytes; longer ones are cut.
 MAX_TEXT: Final = 70
-SLOT: Final = HEADER_SIZE + MAX_TEXT
+_RECORD: Final = struct.Struct(f"<dBBqq{MAX_TEXT}s")
+SLOT: Final = 96  # _RECORD.size
 #: Slots in a recorder: 10,880 events in 1 MiB, headers included.
 SLOTS: Final = ((1 << 20) - 4096) // SLOT
 
@@ -163,10 +163,12 @@ KIND_NAMES: Final = {
     NOTE: "note",
 }
 
-_pack_into: Final = _HEADER.pack_into
-_unpack_from: Final = _HEADER.unpack_from
+_pack_into: Final = _RECORD.pack_into
+_unpack_from: Final = _RECORD.unpack_from
 _wall: Final = time.time
-_U64: Final = (1 << 64) - 1
+# Above this, a or b is stored as 0 (it fits i64; and a compiled int below it
+# compares without boxing).
+_MAX_FIELD: Final = (1 << 62) - 1
 
 
 class EventRing:
@@ -185,15 +187,23 @@ class EventRing:
         self.written: int = 0
 
     def add(self, kind: int, a: int, b: int, text: str) -> None:
-        """Write an event over the oldest one."""
-        data = text.encode("utf-8", "replace")
-        if len(data) > MAX_TEXT:
-            data = data[:MAX_TEXT]
-        offset = (self.written % self.slots) * SLOT
+        """Write an event over the oldest one (``a`` and ``b`` count as 0 if negative or over 2**62).
+
+        One ``pack_into`` call per event: it runs for every task's spawn and exit.
+        """
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate
+            data = text.encode("utf-8", "replace")
         size = len(data)
-        _pack_into(self.buffer, offset, _wall(), kind, size, a & _U64, b & _U64)
-        start = offset + HEADER_SIZE
-        self.buffer[start : start + size] = data
+        if size > MAX_TEXT:
+            size = MAX_TEXT  # pack_into cuts the bytes themselves
+        if a < 0 or a > _MAX_FIELD:
+            a = 0
+        if b < 0 or b > _MAX_FIELD:
+            b = 0
+        offset = (self.written % self.slots) * SLOT
+        _pack_into(self.buffer, offset, _wall(), kind, size, a, b, data)
         self.written += 1
 
     def held(self) -> tuple[int, int]:
@@ -216,9 +226,8 @@ class EventRing:
         out: list[tuple[float, int, int, int, str]] = []
         for number in range(first, stop):
             offset = (number % slots) * SLOT
-            stamp, kind, size, a, b = _unpack_from(buffer, offset)
-            start = offset + HEADER_SIZE
-            text = buffer[start : start + size].decode("utf-8", "replace")
+            stamp, kind, size, a, b, data = _unpack_from(buffer, offset)
+            text = data[:size].decode("utf-8", "replace")
             out.append((stamp, kind, a, b, text))
         return out
 

@@ -332,7 +332,7 @@ def init_task(
     if accounting is not None:
         task._corun_id = accounting.new_task_id()
         parent = accounting.step_task
-        if parent is not None:
+        if isinstance(parent, TaskCore):  # typed: a native read, not a getattr
             if not parent._corun_id:  # created before observation started
                 parent._corun_id = accounting.new_task_id()
             task._corun_parent = parent._corun_id
