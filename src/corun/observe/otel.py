@@ -111,43 +111,53 @@ def instrument(
             return []
         return [Observation(count, {"state": state}) for state, count in figures.tasks.items()]
 
-    meter.create_observable_gauge(
-        "corun.eventloop.lag",
-        [quantiles("corun.eventloop.lag", lambda m: m.lag)],
-        unit="s",
-        description="Lateness of timers and ready callbacks: run time minus due or queued time.",
-    )
-    meter.create_observable_gauge(
-        "corun.task.schedule",
-        [quantiles("corun.task.schedule", lambda m: m.schedule)],
-        unit="s",
-        description="Wake-to-run latency of task steps.",
-    )
-    meter.create_observable_gauge(
-        "corun.eventloop.utilization",
-        [single("corun.eventloop.utilization", lambda m: m.utilization)],
-        unit="1",
-        description="Busy fraction of the loop over the last second.",
-    )
-    meter.create_observable_gauge(
-        "corun.eventloop.cpu",
-        [single("corun.eventloop.cpu", lambda m: m.cpu)],
-        unit="{cpu}",
-        description="CPU time of the loop thread over the last second, in cores.",
-    )
-    meter.create_observable_counter(
-        "corun.eventloop.steps",
-        [single("corun.eventloop.steps", lambda m: m.steps)],
-        unit="{step}",
-        description="Callbacks and task steps run while observed.",
-    )
-    meter.create_observable_counter(
-        "corun.eventloop.stalls",
-        [single("corun.eventloop.stalls", lambda m: m.stalls)],
-        unit="{stall}",
-        description="Stalls kept (the most recent ones).",
-    )
-    meter.create_observable_up_down_counter(
-        "corun.tasks", [tasks], unit="{task}", description="Live tasks by state."
-    )
+    # name, instrument kind, callback, unit, description
+    instruments: list[tuple[str, str, Callable[..., Any], str, str]] = [
+        (
+            "corun.eventloop.lag",
+            "gauge",
+            quantiles("corun.eventloop.lag", lambda m: m.lag),
+            "s",
+            "Lateness of timers and ready callbacks: run time minus due or queued time.",
+        ),
+        (
+            "corun.task.schedule",
+            "gauge",
+            quantiles("corun.task.schedule", lambda m: m.schedule),
+            "s",
+            "Wake-to-run latency of task steps.",
+        ),
+        (
+            "corun.eventloop.utilization",
+            "gauge",
+            single("corun.eventloop.utilization", lambda m: m.utilization),
+            "1",
+            "Busy fraction of the loop over the last second.",
+        ),
+        (
+            "corun.eventloop.cpu",
+            "gauge",
+            single("corun.eventloop.cpu", lambda m: m.cpu),
+            "{cpu}",
+            "CPU time of the loop thread over the last second, in cores.",
+        ),
+        (
+            "corun.eventloop.steps",
+            "counter",
+            single("corun.eventloop.steps", lambda m: m.steps),
+            "{step}",
+            "Callbacks and task steps run while observed.",
+        ),
+        (
+            "corun.eventloop.stalls",
+            "counter",
+            single("corun.eventloop.stalls", lambda m: m.stalls),
+            "{stall}",
+            "Stalls kept (the most recent ones).",
+        ),
+        ("corun.tasks", "up_down_counter", tasks, "{task}", "Live tasks by state."),
+    ]
+    for name, kind, callback, unit, description in instruments:
+        create = getattr(meter, f"create_observable_{kind}")
+        create(name, [callback], unit=unit, description=description)
     return result
