@@ -30,7 +30,7 @@ def _work(loop: corun.EventLoop) -> asyncio.Event:
         time.sleep(0.03)  # the loop's longest step: a task step 30 ms long
         await asyncio.sleep(0)
 
-    loop.run_until_complete(main())
+    loop.run_until_complete(loop.create_task(main(), name="blocker"))
     return release
 
 
@@ -108,6 +108,7 @@ def test_opentelemetry_instruments_read_the_observed_loop(loop: corun.EventLoop)
     assert 0.0 <= lag["p50"] <= lag["p90"] <= lag["p99"] <= lag["max"]
     assert lag["max"] >= 0.03, "the step queued behind the 30 ms block"
     assert lag["max"] == summary.lag.max
+    assert summary.longest_step >= 0.03 and summary.longest_step_owner == "blocker"
     (steps,) = points["corun.eventloop.steps"]
     assert steps.value == summary.steps >= 52
     tasks = {point.attributes["state"]: point.value for point in points["corun.tasks"]}

@@ -199,12 +199,7 @@ class Observer:
             steps=accounting.steps,
             busy=accounting.busy,
             longest_step=accounting.longest,
-            longest_step_owner=self._owner_name(
-                accounting.longest_owner
-                if isinstance(accounting.longest_owner, TaskCore)
-                else None,
-                accounting.longest_owner,
-            ),
+            longest_step_owner=accounting.longest_owner,
             tasks=states,
             tasks_spawned=accounting.tasks_spawned,
             tasks_exited=accounting.tasks_exited,
