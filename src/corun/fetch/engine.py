@@ -156,6 +156,7 @@ class _Host:
         "limit",
         "listed",
         "paused_until",
+        "pauses",
         "queue",
         "sent",
         "timer",
@@ -175,6 +176,7 @@ class _Host:
         self.limit = limit
         self.bucket = bucket
         self.paused_until = 0.0
+        self.pauses = 0
         self.blocks = 0
         self.held = 0
         self.sent = 0
@@ -285,7 +287,7 @@ class FetchEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._attempts = 0
         self._deferred = 0
-        self._pauses: dict[str, int] = {}
+        self._pauses = 0
         self._given_up = 0
 
     # ---- running
@@ -639,7 +641,8 @@ class FetchEngine:
         return retry_after_delay(response.headers, now, max_delay=self.options.max_retry_after)
 
     def _pause(self, host: _Host, delay: float) -> None:
-        self._pauses[host.key] = self._pauses.get(host.key, 0) + 1
+        host.pauses += 1
+        self._pauses += 1
         until = self._clock.now() + delay
         if until > host.paused_until:
             host.paused_until = until
@@ -754,22 +757,17 @@ class FetchEngine:
                 limit=stats.limit,
                 peak=stats.peak,
                 decreases=stats.decreases,
-                pauses=self._pauses.get(key, 0),
+                pauses=host.pauses,
                 unavailable=host.given_up,
             )
         return reports
-
-    def limit(self, key: str) -> AdaptiveLimit | None:
-        """The adaptive limit of host ``key`` (``host:port``), if the engine has seen it."""
-        host = self._hosts.get(key)
-        return host.limit if host is not None else None
 
     def statistics(self) -> EngineStatistics:
         """Counters of the run so far."""
         return EngineStatistics(
             attempts=self._attempts,
             deferred=self._deferred,
-            pauses=sum(self._pauses.values()),
+            pauses=self._pauses,
             breaker_trips=self._breaker.statistics().opened,
             given_up=self._given_up,
         )

@@ -55,6 +55,11 @@ _COLUMNS: Final = ("status", "error_kind", "attempts", "elapsed_ms")
 Row: TypeAlias = tuple[int | None, str | None, int, float | None]
 
 
+def retryable(status: int | None, kind: str | None) -> bool:
+    """Whether ``--retry-failed`` fetches a line with this result again: an error, or a retryable status."""
+    return kind is not None or status in RETRYABLE_STATUSES
+
+
 class JournalMismatch(Exception):
     """The journal belongs to a different input (or format); the run refuses to resume."""
 
@@ -142,25 +147,9 @@ class Journal:
             raise
         self._db.execute("COMMIT")
 
-    def done_lines(self) -> set[int]:
-        """The line numbers already recorded (committed)."""
-        return {row[0] for row in self._db.execute("SELECT line FROM results")}
-
-    def done_count(self) -> int:
-        """How many lines are recorded (committed)."""
-        row = self._db.execute("SELECT COUNT(*) FROM results").fetchone()
-        return int(row[0])
-
     def retryable_lines(self) -> set[int]:
-        """The committed lines whose result is an error or a retryable status."""
-        marks = ", ".join("?" * len(RETRYABLE_STATUSES))
-        return {
-            row[0]
-            for row in self._db.execute(
-                f"SELECT line FROM results WHERE error_kind IS NOT NULL OR status IN ({marks})",
-                RETRYABLE_STATUSES,
-            )
-        }
+        """The committed lines whose result ``--retry-failed`` fetches again."""
+        return {line for line, (status, kind, _, _) in self.rows() if retryable(status, kind)}
 
     def rows(self) -> Iterator[tuple[int, Row]]:
         """Every committed line's ``(line, (status, error_kind, attempts, elapsed_ms))``."""

@@ -38,7 +38,7 @@ from typing import Any, Final, Protocol, Self
 
 from corun.fetch.engine import EngineStatistics, FetchEngine, HostCounts, HostReport, OnRecord
 from corun.fetch.input import BadInput, FetchRequest, count_lines, read_requests
-from corun.fetch.journal import FLUSH_SECONDS, Journal, fingerprint, journal_path
+from corun.fetch.journal import FLUSH_SECONDS, Journal, fingerprint, journal_path, retryable
 from corun.fetch.options import FetchOptions
 from corun.fetch.output import write_output
 from corun.fetch.progress import ProgressBar, ProgressState
@@ -207,13 +207,15 @@ async def run_fetch(
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, stop_event.set)
                 signals.append(signum)
-        done = journal.done_lines()
+        # One pass over the journal: what is done, and its tally; lines that
+        # --retry-failed fetches again are neither.
+        done: set[int] = set()
         tally = Tally()
-        again = journal.retryable_lines() if options.retry_failed else set()
         for line, (status, kind, attempts, elapsed_ms) in journal.rows():
-            if line not in again:
-                tally.add(status, kind, attempts, elapsed_ms)
-        done -= again
+            if options.retry_failed and retryable(status, kind):
+                continue
+            done.add(line)
+            tally.add(status, kind, attempts, elapsed_ms)
         run = _Run(options, journal, total, tally)
         if options.save_dir is not None:
             os.makedirs(options.save_dir, exist_ok=True)

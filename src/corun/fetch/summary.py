@@ -120,14 +120,13 @@ class Tally:
     """Counts of recorded lines, kept as they are recorded; ``summary()`` makes the ``Summary``.
 
     ``add`` takes a line's status, error kind, attempts and elapsed ms (the
-    journal's columns); ``remove`` takes back one added before (a line that
-    ``--retry-failed`` fetches again).
+    journal's columns).
     """
 
     __slots__ = ("by_error", "by_status", "done", "errors", "latency", "retries")
 
     def __init__(self) -> None:
-        # Invariant: every count is over the lines added and not removed;
+        # Invariant: every count is over the lines added;
         # errors counts those with an error kind, retries their attempts
         # beyond the first.
         self.by_status: dict[str, int] = {}
@@ -151,17 +150,6 @@ class Tally:
         if status is not None and elapsed_ms is not None:
             self.latency.record(elapsed_ms / 1000.0)
 
-    def remove(self, status: int | None, kind: str | None, attempts: int) -> None:
-        """Take back a line counted by ``add`` (its latency stays in the histogram)."""
-        self.done -= 1
-        key = "none" if status is None else str(status)
-        _decrement(self.by_status, key)
-        if kind:
-            self.errors -= 1
-            _decrement(self.by_error, kind)
-        if attempts > 1:
-            self.retries -= attempts - 1
-
     def summary(self, **run: Any) -> Summary:
         """The ``Summary``; ``run`` gives its other fields (total, complete, ...)."""
         latency = self.latency
@@ -181,14 +169,6 @@ class Tally:
             retries=self.retries,
             **run,
         )
-
-
-def _decrement(counts: dict[str, int], key: str) -> None:
-    left = counts.get(key, 0) - 1
-    if left > 0:
-        counts[key] = left
-    else:
-        counts.pop(key, None)
 
 
 def summarize(

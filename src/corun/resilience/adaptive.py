@@ -103,18 +103,8 @@ class AdaptiveLimitOptions:
             if not 0.0 < value < 1.0:
                 raise ValueError(f"{owner}.{name} must be in (0, 1), got {value!r}")
             object.__setattr__(self, name, value)
-        object.__setattr__(
-            self,
-            "latency_tolerance",
-            _validate.number(
-                owner, "latency_tolerance", self.latency_tolerance, low=1.1, high=100.0
-            ),
-        )
-        object.__setattr__(
-            self,
-            "latency_slack",
-            _validate.number(owner, "latency_slack", self.latency_slack, low=0.0, high=60.0),
-        )
+        _validate.normalize(self, owner, "latency_tolerance", _validate.number, low=1.1, high=100.0)
+        _validate.normalize(self, owner, "latency_slack", _validate.number, low=0.0, high=60.0)
         _validate.count(owner, "latency_samples", self.latency_samples, high=10_000)
         _validate.normalize(self, owner, "baseline_window", _validate.seconds)
 
