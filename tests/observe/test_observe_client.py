@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -110,6 +111,17 @@ def test_a_stale_socket_says_observation_is_off(own_socket: str) -> None:
     with socket.socket(socket.AF_UNIX) as dead:
         dead.bind(own_socket)
     with pytest.raises(client.InspectError, match="does not serve its socket") as raised:
+        client.request(os.getpid(), "ps")
+    assert raised.value.reason == "not-observed"
+
+
+def test_a_socket_older_than_the_process_is_an_earlier_processes(own_socket: str) -> None:
+    # A process killed before it could unlink its socket, whose pid came round again.
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(own_socket)
+    before_boot = time.time() - time.monotonic() - 3600
+    os.utime(own_socket, (before_boot, before_boot))
+    with pytest.raises(client.InspectError, match="does not run with observation on") as raised:
         client.request(os.getpid(), "ps")
     assert raised.value.reason == "not-observed"
 

@@ -11,7 +11,8 @@ process's ``XDG_RUNTIME_DIR`` and effective uid, both read from ``/proc``
 (its environment is readable by its own user and root, who are the only
 ones the server answers anyway). The candidates, first found wins: the
 directory its own environment gives, the one ours gives (same user only),
-and ``/tmp/corun-<uid>``.
+and ``/tmp/corun-<uid>``. A socket made before the process started is
+skipped: an earlier process with the same pid left it when it was killed.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ Reason = Literal[
     "malformed",
     "server",
 ]
+
+#: Seconds of doubt in a process's start time from ``/proc`` (the boot time there
+#: is whole seconds): a socket older than the start by more is not the process's.
+_START_SLACK: Final = 1.0
 
 _ENABLE_HINT: Final = "start it with `corun run --observe ...` or with CORUN_OBSERVE=1"
 
@@ -126,6 +131,7 @@ def find_socket(pid: int) -> str:
         # The server would refuse us, and its directory is closed to us anyway.
         raise _permission_error(pid, uid)
     denied = False
+    started = _process_start(pid)
     for directory in _candidate_directories(pid, uid):
         path = socket_path(directory, pid)
         try:
@@ -136,6 +142,10 @@ def find_socket(pid: int) -> str:
             denied = True
             continue
         except OSError:
+            continue
+        if started is not None and info.st_mtime < started - _START_SLACK:
+            # Left by an earlier process that had this pid and was killed before
+            # it could unlink it: not this process's socket.
             continue
         try:
             check_directory(directory, owner=uid)
@@ -167,6 +177,19 @@ def _process_uid(pid: int) -> int:
     except OSError as exc:
         raise InspectError("permission", f"cannot read process {pid}: {exc.strerror}") from None
     raise InspectError("no-process", f"no process {pid}")
+
+
+def _process_start(pid: int) -> float | None:
+    """When ``pid`` started, in ``time.time()`` seconds; None if ``/proc`` will not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read(4096).rpartition(b")")[2].split()
+        with open("/proc/stat", "rb") as file:
+            boot = next(int(line.split()[1]) for line in file if line.startswith(b"btime "))
+        # starttime is field 22 of stat(5); fields[0] is field 3, the state.
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _candidate_directories(pid: int, uid: int) -> list[str]:
