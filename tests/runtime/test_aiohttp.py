@@ -54,7 +54,8 @@ async def peer(request: web.Request) -> web.Response:
     transport = request.transport
     assert transport is not None
     host, port = transport.get_extra_info("peername")[:2]
-    request.app[CONNECTIONS].add(id(transport))
+    # The transport itself, not its id(): a closed one is freed, and a new one may reuse the id.
+    request.app[CONNECTIONS].add(transport)
     await asyncio.sleep(float(request.query.get("delay", 0)))
     return web.json_response({"host": host, "port": port})
 
