@@ -92,6 +92,13 @@ def bucket_bounds(index: int) -> tuple[int, int]:
     return low, low + width
 
 
+class BucketCount:
+    """One bucket's count, unboxed: counting neither allocates nor stores an object."""
+
+    def __init__(self) -> None:
+        self.n: i64 = 0
+
+
 class Histogram:
     """Counts of durations in log-linear buckets (see ``bucket_of``), and their maximum.
 
@@ -99,12 +106,9 @@ class Histogram:
     """
 
     def __init__(self) -> None:
-        # A bucket's count is low[i] + 256 * high[i]: low stays under 256, so
-        # counting never allocates (CPython keeps one object for each small
-        # int), where a plain count would make a new int object on every
-        # sample past 256. ``counts()`` adds them up.
-        self.low: list[int] = [0] * BUCKETS
-        self.high: list[int] = [0] * BUCKETS
+        # One native counter per bucket rather than a list of ints: a list
+        # holds int objects, and every count past 256 would make a new one.
+        self.buckets: list[BucketCount] = [BucketCount() for _i in range(BUCKETS)]
         #: The sum of the durations, and the largest, in seconds.
         self.total: float = 0.0
         self.max: float = 0.0
@@ -119,19 +123,11 @@ class Histogram:
             # Beyond i64 only after 292 years: clamped by bucket_of long before.
             ns: i64 = i64(seconds * 1e9) if seconds < 1e9 else i64(1 << 62)
             index = bucket_of(ns)
-        low = self.low
-        count = low[index]
-        if count < 255:
-            low[index] = count + 1
-        else:
-            low[index] = 0
-            self.high[index] += 1
+        self.buckets[index].n += 1
 
     def counts(self) -> list[int]:
-        """The count of each bucket (safe from any thread: a copy of each list first)."""
-        low = self.low[:]
-        high = self.high[:]
-        return [a + 256 * b for a, b in zip(low, high, strict=True)]
+        """The count of each bucket (safe from any thread: each count is read whole)."""
+        return [bucket.n for bucket in self.buckets]
 
 
 # --- the flight recorder ----------------------------------------------------------
