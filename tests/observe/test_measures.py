@@ -252,14 +252,19 @@ def test_spawn_exit_and_cancel_events(loop: corun.EventLoop) -> None:
     def canceller(task: asyncio.Task[None]) -> None:
         task.cancel()
 
+    async def survivor() -> None:
+        await asyncio.sleep(0)
+
     async def main() -> None:
         task = asyncio.create_task(victim(), name="victim")
-        await asyncio.sleep(0)
+        await asyncio.create_task(survivor(), name="survivor")
         canceller(task)
         with pytest.raises(asyncio.CancelledError):
             await task
 
+    before = time.time()
     loop.run_until_complete(main())
+    after = time.time()
     events = observer.events()
     kinds = [(e.kind, e.text) for e in events]
     spawned = [e for e in events if e.kind == "spawn"]
@@ -269,6 +274,14 @@ def test_spawn_exit_and_cancel_events(loop: corun.EventLoop) -> None:
     assert "canceller" in cancel.text, cancel.text
     exits = [e for e in events if e.kind == "exit" and e.text.startswith("victim ")]
     assert exits and exits[0].text.endswith("CANCELLED"), kinds
+    (finished,) = [e for e in events if e.kind == "exit" and e.text.startswith("survivor ")]
+    assert finished.text == "survivor FINISHED"
+    assert finished.value == 2  # its steps: to the sleep, and after it
+    # asyncio.create_task names the task after it is made: the spawn has its first name.
+    (born,) = [e for e in spawned if e.task_id == finished.task_id]
+    assert born.text.startswith("Task-")
+    # Events in a step are stamped from the step's start (one clock read for both).
+    assert all(before <= e.time <= after for e in events), [(e.kind, e.time) for e in events]
 
 
 # A child process: a crash there fails the test instead of killing the test run.

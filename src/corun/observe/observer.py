@@ -538,6 +538,7 @@ class Observer:
     def window(self, now: float) -> None:
         """Close a 1 s window: utilisation, CPU, and a summary in the flight recorder."""
         accounting = self.accounting
+        accounting.sync_wall()
         elapsed = now - self._window_start
         if elapsed <= 0.0:
             return

@@ -149,6 +149,11 @@ CANCEL: Final = 3  # a: task id, b: 0, text: "name <- canceller frames"
 SUMMARY: Final = 4  # a: steps in the second, b: tasks alive, text: figures
 STALL: Final = 5  # a: task id or 0, b: duration in us, text: what stalled
 NOTE: Final = 6  # a, b: 0, text: anything else (an observer that failed)
+# Stored, never read back: an exit is written as its task's name and one of
+# these kinds, and ``events()`` gives it as EXIT with "name outcome". Writing
+# the outcome into the text would build a new string for every task.
+_EXIT_FINISHED: Final = 7
+_EXIT_CANCELLED: Final = 8
 
 KIND_NAMES: Final = {
     SPAWN: "spawn",
@@ -182,10 +187,11 @@ class EventRing:
         #: Events ever written; the next one goes to slot written % slots.
         self.written: int = 0
 
-    def add(self, kind: int, a: int, b: int, text: str) -> None:
+    def add(self, kind: int, a: int, b: int, text: str, stamp: float = -1.0) -> None:
         """Write an event over the oldest one (``a`` and ``b`` count as 0 if negative or over 2**62).
 
-        One ``pack_into`` call per event: it runs for every task's spawn and exit.
+        ``stamp`` is its ``time.time()``, read now when not given. One
+        ``pack_into`` call per event: it runs for every task's spawn and exit.
         """
         try:
             data = text.encode()
@@ -199,7 +205,9 @@ class EventRing:
         if b < 0 or b > _MAX_FIELD:
             b = 0
         offset = (self.written % self.slots) * SLOT
-        _pack_into(self.buffer, offset, _wall(), kind, size, a, b, data)
+        if stamp < 0.0:
+            stamp = _wall()
+        _pack_into(self.buffer, offset, stamp, kind, size, a, b, data)
         self.written += 1
 
     def held(self) -> tuple[int, int]:
@@ -224,6 +232,9 @@ class EventRing:
             offset = (number % slots) * SLOT
             stamp, kind, size, a, b, data = _unpack_from(buffer, offset)
             text = data[:size].decode("utf-8", "replace")
+            if kind in (_EXIT_FINISHED, _EXIT_CANCELLED):
+                outcome = "FINISHED" if kind == _EXIT_FINISHED else "CANCELLED"
+                kind, text = EXIT, f"{text} {outcome}"
             out.append((stamp, kind, a, b, text))
         return out
 
@@ -260,6 +271,9 @@ class LoopAccounting:
         # The longest step seen, and the name of its task or callback.
         self.longest: float = 0.0
         self.longest_owner: str = ""
+        # time.time() minus the clock: an event in a step is stamped from the
+        # step's start, without a clock read of its own (see ``sync_wall``).
+        self.wall_offset: float = _wall() - clock()
         self.io_wait_total: float = 0.0
         self.io_wait_since: float = 0.0
         self.tasks_spawned: int = 0
@@ -286,6 +300,14 @@ class LoopAccounting:
         self.retired_handle = None
         self.retired_task = None
 
+    def sync_wall(self) -> None:
+        """Measure ``wall_offset`` again (the watchdog does, every second), after clock steps."""
+        self.wall_offset = _wall() - self.clock()
+
+    def _step_stamp(self) -> float:
+        """The wall-clock time of an event in the running step (-1: none runs, read the clock)."""
+        return self.step_start + self.wall_offset if self.step_handle is not None else -1.0
+
     def new_task_id(self) -> int:
         """A number for a new task, unique for this loop."""
         self._next_task_id += 1
@@ -301,12 +323,13 @@ class LoopAccounting:
     def task_spawned(self, task_id: int, parent_id: int, name: str) -> None:
         """Record a new task."""
         self.tasks_spawned += 1
-        self.recorder.add(SPAWN, task_id, parent_id, name)
+        self.recorder.add(SPAWN, task_id, parent_id, name, self._step_stamp())
 
     def task_exited(self, task_id: int, steps: int, name: str, outcome: str) -> None:
         """Record a task that finished."""
         self.tasks_exited += 1
-        self.recorder.add(EXIT, task_id, steps, f"{name} {outcome}")
+        kind = _EXIT_CANCELLED if outcome == "CANCELLED" else _EXIT_FINISHED
+        self.recorder.add(kind, task_id, steps, name, self._step_stamp())
 
     def task_cancelled(self, task_id: int, name: str) -> None:
         """Record a cancellation request, with where it came from."""
