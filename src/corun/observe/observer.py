@@ -438,11 +438,9 @@ class Observer:
         seq = accounting.step_seq
         start = accounting.step_start
         watch = self._watch
-        # Between steps, look again one threshold later: a step that starts
-        # after this look becomes a stall no sooner, and the next look then
-        # waits for that moment. Each look costs the loop: the watchdog waits
-        # for the GIL, and the loop's every poll wakes it in vain meanwhile.
-        idle = self.stall_threshold
+        # While the loop waits, look this often: a step that starts right
+        # after a look is seen by the next one, in time to wake at its threshold.
+        idle = min(0.01, self.stall_threshold / 4)
         if handle is None or watch is None or watch.seq != seq:
             if watch is not None:
                 # Its long step is taken below, or on a later look.
