@@ -440,6 +440,8 @@ class Observer:
         watch = self._watch
         # While the loop waits, look this often: a step that starts right
         # after a look is seen by the next one, in time to wake at its threshold.
+        # Not a whole threshold: each look may wait for the GIL (up to the
+        # 5 ms switch interval), and a late first look makes a late detection.
         idle = min(0.01, self.stall_threshold / 4)
         if handle is None or watch is None or watch.seq != seq:
             if watch is not None:
