@@ -137,12 +137,15 @@ class Monitor:
             now = time.monotonic()
             sleep = 0.05
             running = [o for o in observers if not self._retired(o) and o.running()]
-            # The backstop first: a dump that fired is the stack of the stall
-            # that the watchdog is about to see.
-            self._guarded("backstop", None, self._backstop, now, bool(running))
+            # A dump that fired is the stack of the stall that the watchdog is
+            # about to see: read first. Re-arming comes after the looks, as it
+            # gives up the GIL, which a step holding it returns only after a
+            # switch interval (5 ms): the looks would be that much later.
+            self._guarded("backstop", None, self._take_backstop_dump, now)
             for observer in observers:
                 if not observer.closed:
                     sleep = min(sleep, self._guarded("watch", observer, observer.watch, now))
+            self._guarded("backstop", None, self._arm_backstop, now, bool(running))
             if now >= next_window:
                 for observer in observers:
                     self._guarded("window", observer, observer.window, now)
@@ -172,10 +175,15 @@ class Monitor:
 
     # --- the faulthandler backstop -----------------------------------------------
 
-    def _backstop(self, now: float, any_running: bool) -> None:
+    def _take_backstop_dump(self, now: float) -> None:
+        """Read the faulthandler's dump, if it can have fired since it was armed."""
         file = self._backstop_file
-        status = os.fstat(file.fileno()) if file is not None else None
-        if file is not None and status is not None and status.st_size:
+        # It fires BACKSTOP after being armed: before then, the file needs no
+        # look (os.fstat gives up the GIL).
+        if file is None or not self._backstop_armed_at or now < self._backstop_armed_at + BACKSTOP:
+            return
+        status = os.fstat(file.fileno())
+        if status.st_size:
             file.seek(0)
             text = file.read().decode("utf-8", "replace")
             file.seek(0)
@@ -184,10 +192,14 @@ class Monitor:
             fired = time.monotonic() - max(0.0, time.time() - status.st_mtime)
             self._backstop_fired(text, fired)
             self._backstop_armed_at = 0.0
+
+    def _arm_backstop(self, now: float, any_running: bool) -> None:
+        """Re-arm the faulthandler every BACKSTOP / 4 while a loop runs; disarm it otherwise."""
         if not any_running:
             self._disarm()
             return
         if now - self._backstop_armed_at >= BACKSTOP / 4:
+            file = self._backstop_file
             if file is None:
                 # Kept open for the life of the process: faulthandler writes to its fd.
                 file = self._backstop_file = tempfile.TemporaryFile()  # noqa: SIM115
