@@ -23,6 +23,7 @@ from corun.runtime.engine.accounting import (
     SLOTS,
     EventRing,
     Histogram,
+    LoopAccounting,
     bucket_bounds,
     bucket_of,
 )
@@ -121,6 +122,45 @@ def test_the_loop_lag_histogram_reads_injected_delays(loop: corun.EventLoop, del
 
 
 # --- per task ----------------------------------------------------------------------
+
+
+def test_every_handle_that_runs_is_one_lateness_sample(loop: corun.EventLoop) -> None:
+    accounting = observe.enable(loop, serve=False).accounting
+
+    def samples() -> int:
+        return sum(accounting.lag.counts()) + sum(accounting.schedule.counts())
+
+    async def main() -> int:
+        fired: list[int] = []
+        for i in range(300):
+            loop.call_later((i % 7) * 0.0003, fired.append, i)
+            loop.call_soon(fired.append, -i)
+        for _ in range(50):
+            await asyncio.sleep(0.0002)
+        await asyncio.sleep(0.01)
+        return len(fired)
+
+    steps, counted = accounting.step_seq, samples()
+    assert loop.run_until_complete(main()) == 600
+    ran = accounting.step_seq - steps
+    assert ran > 600  # the callbacks, and the task's steps
+    assert samples() - counted == ran
+
+
+def test_a_timer_due_after_its_batch_started_counts_as_on_time(loop: corun.EventLoop) -> None:
+    # A batch of handles starts from the loop's last clock reading, which a
+    # timer popped just after it can be due after. Here every timer is: the
+    # accounting's clock runs a second behind the loop's.
+    accounting = LoopAccounting(lambda: time.monotonic() - 1.0, 0.1)
+    loop._set_accounting(accounting)
+    fired: list[int] = []
+    for i in range(20):
+        loop.call_later(0.001, fired.append, i)
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert len(fired) == 20
+    counts = accounting.lag.counts()
+    assert counts[0] >= 20  # on time: lateness 0, not left out
+    assert sum(counts) + sum(accounting.schedule.counts()) == accounting.step_seq
 
 
 def test_per_task_counters_parents_and_states(loop: corun.EventLoop) -> None:

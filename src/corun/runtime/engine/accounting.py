@@ -274,6 +274,9 @@ class LoopAccounting:
         # time.time() minus the clock: an event in a step is stamped from the
         # step's start, without a clock read of its own (see ``sync_wall``).
         self.wall_offset: float = _wall() - clock()
+        # The loop's last clock reading, at the end of a wait or of a batch of
+        # handles: the start of whichever comes next (0.0: none, read the clock).
+        self.last_read: float = 0.0
         self.io_wait_total: float = 0.0
         self.io_wait_since: float = 0.0
         self.tasks_spawned: int = 0
