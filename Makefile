@@ -86,6 +86,20 @@ bench: install
 		echo "bench: could not install uvloop; the suite runs without it"; }
 	$(VPY) -m benchmarks $(BENCH_ARGS)
 
+# What observation costs (docs/observe.md): wall clock (benchmarks/observe_overhead.py) and
+# instructions under callgrind (benchmarks/observe_instructions.py). Installs valgrind
+# (Debian) when missing. OBSERVE_ARGS go to both, e.g. OBSERVE_ARGS="--baseline-root ../old".
+OBSERVE_ARGS ?=
+.PHONY: bench-observe
+bench-observe: install
+	@command -v valgrind >/dev/null 2>&1 || { \
+		SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO="sudo -n"; \
+		echo "bench-observe: installing valgrind (apt-get)"; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq valgrind >/dev/null; }
+	$(VPY) -m benchmarks.observe_instructions $(OBSERVE_ARGS)
+	$(VPY) -m benchmarks.observe_overhead $(OBSERVE_ARGS)
+
 # Other libraries' own test suites on asyncio's loop and on corun's, with a table of
 # the differences (docs/ecosystem.md); not part of `make test`. Installs PostgreSQL and
 # Redis (Debian) when missing. One suite: `make ecosystem ECOSYSTEM_ARGS="--suite httpx"`.
