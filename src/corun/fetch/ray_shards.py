@@ -620,6 +620,10 @@ class RayBackend:
                     record(line, result)
                     shard.lines += 1
                     shard.requests += result["attempts"]
+            if shard.pid and reply.pid != shard.pid:
+                # Killed and restarted between two calls, when none was in
+                # flight to fail: nothing to send again, but a restart all the same.
+                shard.restarted(reply.pid)
             shard.pid = reply.pid
             shard.current, shard.hosts_now = reply.statistics, reply.hosts
             self._room.set()
