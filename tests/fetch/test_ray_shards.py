@@ -323,6 +323,22 @@ class KillWorker0:
             ray.kill(self.backend.actor(0), no_restart=False)
 
 
+def two_hosts_per_worker(served: Hosts) -> list[str]:
+    """Two live hosts for each worker, more started until the hash gives them.
+
+    The ports, and so the shards, differ from run to run: with the fixture's
+    four hosts alone, worker 0 may have none (and is never called again after
+    a kill), or one that it finishes before the kill.
+    """
+    by_worker: dict[int, list[str]] = {worker: [] for worker in range(WORKERS)}
+    for host in served.live_hosts:
+        by_worker[shard_of(host, WORKERS)].append(host)
+    while any(len(hosts) < 2 for hosts in by_worker.values()):
+        host = served.add_live()
+        by_worker[shard_of(host, WORKERS)].append(host)
+    return [host for hosts in by_worker.values() for host in hosts[:2]]
+
+
 @pytest.fixture
 def slow_hosts() -> Iterator[Hosts]:
     served = Hosts(4, delay=0.01)
@@ -335,7 +351,7 @@ def test_a_killed_worker_is_restarted_and_nothing_is_lost_or_doubled(
 ) -> None:
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     total = 1500
-    write_input(src, slow_hosts.live_hosts, total)
+    write_input(src, two_hosts_per_worker(slow_hosts), total)
     run = options(src, out, concurrency=8)
     backend = RayBackend(run, workers=WORKERS)
     killer = KillWorker0(backend, at=total // 4, times=1)
@@ -356,7 +372,7 @@ def test_a_worker_that_keeps_dying_fails_the_run_and_keeps_the_journal(
 ) -> None:
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     total = 2000
-    write_input(src, slow_hosts.live_hosts, total)
+    write_input(src, two_hosts_per_worker(slow_hosts), total)
     run = options(src, out, concurrency=8)
     backend = RayBackend(run, workers=WORKERS, max_restarts=1)
     killer = KillWorker0(backend, at=total // 4, times=2)
