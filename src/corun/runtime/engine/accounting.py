@@ -149,9 +149,9 @@ CANCEL: Final = 3  # a: task id, b: 0, text: "name <- canceller frames"
 SUMMARY: Final = 4  # a: steps in the second, b: tasks alive, text: figures
 STALL: Final = 5  # a: task id or 0, b: duration in us, text: what stalled
 NOTE: Final = 6  # a, b: 0, text: anything else (an observer that failed)
-# Stored, never read back: an exit is written as its task's name and one of
-# these kinds, and ``events()`` gives it as EXIT with "name outcome". Writing
-# the outcome into the text would build a new string for every task.
+# What an exit is written as: its task's name under one of these kinds, which
+# ``events()`` gives back as EXIT with "name outcome". Writing the outcome into
+# the text would build a new string for every task.
 _EXIT_FINISHED: Final = 7
 _EXIT_CANCELLED: Final = 8
 
