@@ -74,6 +74,8 @@ class Monitor:
         self._gc_started: dict[int, float] = {}
         self._gc_installed = False
         self._failed: set[str] = set()
+        # The locks the loops wait on for the next look (see _open_gates).
+        self._gates: list[threading.Lock] = []
         self.server: Any = None
 
     def own_fds(self) -> frozenset[int]:
@@ -131,6 +133,7 @@ class Monitor:
             if not observers:
                 with self._lock:
                     if not self._observers:
+                        self._open_gates([], 0.0)
                         self._thread = None
                         return
                 continue
@@ -150,8 +153,30 @@ class Monitor:
                 for observer in observers:
                     self._guarded("window", observer, observer.window, now)
                 next_window = now + WINDOW
-            self._wake.wait(max(0.001, min(sleep, next_window - now)))
+            wait = max(0.001, min(sleep, next_window - now))
+            self._open_gates(observers, wait)
+            self._wake.wait(wait)
             self._wake.clear()
+
+    def _open_gates(self, observers: list[Observer], wait: float) -> None:
+        """Let the loops waiting for this look go on, and publish the next one.
+
+        Each loop is told when the watchdog wakes next, and given a lock held
+        until then: a loop that polls past that time waits on it, so the
+        watchdog gets the GIL at once (``LoopAccounting.let_watchdog_look``).
+        """
+        for gate in self._gates:
+            gate.release()
+        self._gates = []
+        for observer in observers:
+            if observer.closed:
+                continue
+            gate = threading.Lock()
+            gate.acquire()
+            accounting = observer.accounting
+            accounting.watchdog_gate = gate
+            accounting.watchdog_due = accounting.clock() + wait
+            self._gates.append(gate)
 
     def _retired(self, observer: Observer) -> bool:
         loop = observer.loop
