@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -434,3 +436,60 @@ def test_the_watchdog_is_handed_the_gil_by_a_loop_of_short_steps(loop: corun.Eve
     # Two switches per look (its timer, and the hand-over), a look every 10 ms;
     # and it did look meanwhile.
     assert 20 < rate < 2_000, f"the watchdog woke {rate:.0f} times a second"
+
+
+_TOP_CLIENT = """
+import json, sys, time
+from corun.observe.client import request
+pid = int(sys.argv[1])
+times = []
+for _ in range(8):
+    started = time.perf_counter()
+    json.loads(request(pid, "top"))
+    times.append(time.perf_counter() - started)
+    time.sleep(0.2)
+print(json.dumps(times))
+"""
+
+
+def test_the_serving_thread_is_handed_the_gil_by_a_loop_of_short_steps(
+    loop: corun.EventLoop,
+) -> None:
+    # The same for the thread that answers corun top: each of its system
+    # calls gave up the GIL, and each time it waited long to get it back
+    # (answers took up to half a second, and the loop paid for every wake).
+    from corun.observe.monitor import MONITOR
+
+    observe.enable(loop)
+    server = MONITOR.server
+    assert server and server._thread is not None and server._thread.native_id is not None
+    watchdog = MONITOR._thread
+    assert watchdog is not None and watchdog.native_id is not None
+    threads = (server._thread.native_id, watchdog.native_id)
+
+    async def short_steps(client: asyncio.subprocess.Process) -> bytes:
+        async def steps() -> None:
+            while client.returncode is None:
+                await asyncio.sleep(0)
+
+        stepping = [asyncio.ensure_future(steps()) for _ in range(10)]
+        out, _ = await client.communicate()
+        await asyncio.gather(*stepping)
+        return out
+
+    async def main() -> tuple[list[float], float]:
+        client = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _TOP_CLIENT, str(os.getpid()), stdout=subprocess.PIPE
+        )
+        before = sum(_voluntary_switches(t) for t in threads)
+        started = time.monotonic()
+        out = await short_steps(client)
+        rate = (sum(_voluntary_switches(t) for t in threads) - before) / (
+            time.monotonic() - started
+        )
+        return json.loads(out), rate
+
+    times, rate = loop.run_until_complete(main())
+    assert len(times) == 8
+    assert max(times) < 0.1, times
+    assert rate < 2_000, f"the serving thread and the watchdog woke {rate:.0f} times a second"

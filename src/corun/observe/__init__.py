@@ -122,7 +122,7 @@ def _serve() -> None:
         "metrics": lambda: prometheus.exposition(MONITOR.observers()),
     }
     try:
-        server = InspectServer(handlers)
+        server = InspectServer(handlers, turn=MONITOR.turn, turns_done=MONITOR.turns_done)
         path = server.start()
     except Exception as exc:
         logger.warning("corun.observe: no inspection socket (%s); observing in process only", exc)

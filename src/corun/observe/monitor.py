@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import faulthandler
 import gc
+import math
 import os
 import re
 import tempfile
@@ -74,8 +75,11 @@ class Monitor:
         self._gc_started: dict[int, float] = {}
         self._gc_installed = False
         self._failed: set[str] = set()
-        # The locks the loops wait on for the next look (see _open_gates).
-        self._gates: list[threading.Lock] = []
+        # The locks the loops wait on for the watchdog's next look, and for
+        # the serving thread's next turn (see _publish_look).
+        self._look_gates: list[threading.Lock] = []
+        self._turn_gates: list[threading.Lock] = []
+        self._gates_lock = threading.Lock()
         self.server: Any = None
 
     def own_fds(self) -> frozenset[int]:
@@ -107,6 +111,9 @@ class Monitor:
             gc.callbacks.append(self._gc_callback)
             self._gc_installed = True
         self._wake.set()
+        # Its first look, on the new loop too: the thread may be new, and
+        # without a hand-over it would wait long for its first GIL.
+        self._publish_look(0.0)
 
     def remove(self, observer: Observer) -> None:
         """Stop watching ``observer``'s loop."""
@@ -132,10 +139,12 @@ class Monitor:
             observers = self.observers()
             if not observers:
                 with self._lock:
-                    if not self._observers:
-                        self._open_gates([], 0.0)
+                    done = not self._observers
+                    if done:
                         self._thread = None
-                        return
+                if done:
+                    self._release_gates()
+                    return
                 continue
             now = time.monotonic()
             sleep = 0.05
@@ -154,29 +163,79 @@ class Monitor:
                     self._guarded("window", observer, observer.window, now)
                 next_window = now + WINDOW
             wait = max(0.001, min(sleep, next_window - now))
-            self._open_gates(observers, wait)
+            self._publish_look(wait)
             self._wake.wait(wait)
             self._wake.clear()
 
-    def _open_gates(self, observers: list[Observer], wait: float) -> None:
-        """Let the loops waiting for this look go on, and publish the next one.
+    # --- handing the GIL over ------------------------------------------------------
+    #
+    # A thread that wakes must take the GIL back, and a loop that lets go of it
+    # only for the moment of each poll takes it back first nearly every time:
+    # the thread waits for hundreds of milliseconds, woken in vain by every
+    # poll. So each thread of observation tells the loops when it will want the
+    # GIL back, with a lock it holds until it has had it: a loop that polls
+    # past that time waits on the lock (``LoopAccounting.hand_over``). The
+    # watchdog's looks and the serving thread's turns have a lock each.
 
-        Each loop is told when the watchdog wakes next, and given a lock held
-        until then: a loop that polls past that time waits on it, so the
-        watchdog gets the GIL at once (``LoopAccounting.let_watchdog_look``).
+    def _publish_look(self, wait: float) -> None:
+        """Release the loops waiting for the look just taken; have them wait for the next, in ``wait`` s."""
+        with self._gates_lock:
+            old = self._look_gates
+            self._look_gates = []
+            for observer in self.observers():
+                if observer.closed:
+                    continue
+                gate = threading.Lock()
+                gate.acquire()
+                accounting = observer.accounting
+                accounting.look_gate = gate
+                accounting.look_misses = 0
+                accounting.look_due = accounting.clock() + wait
+                self._look_gates.append(gate)
+            for gate in old:
+                gate.release()
+
+    def turn(self) -> None:
+        """Have the observed loops wait at their next poll: this thread is about to give up the GIL briefly.
+
+        For the serving thread and long walks, before a call that releases the
+        GIL and returns soon (a system call on a ready socket, a short sleep).
+        The loops waiting since the last turn go on.
         """
-        for gate in self._gates:
-            gate.release()
-        self._gates = []
-        for observer in observers:
-            if observer.closed:
-                continue
-            gate = threading.Lock()
-            gate.acquire()
-            accounting = observer.accounting
-            accounting.watchdog_gate = gate
-            accounting.watchdog_due = accounting.clock() + wait
-            self._gates.append(gate)
+        with self._gates_lock:
+            old = self._turn_gates
+            self._turn_gates = []
+            for observer in self.observers():
+                if observer.closed:
+                    continue
+                gate = threading.Lock()
+                gate.acquire()
+                accounting = observer.accounting
+                accounting.turn_gate = gate
+                accounting.turn_misses = 0
+                accounting.turn_due = accounting.clock()
+                self._turn_gates.append(gate)
+            for gate in old:
+                gate.release()
+
+    def turns_done(self) -> None:
+        """This thread needs no more turns: the loops waiting for it go on."""
+        with self._gates_lock:
+            old = self._turn_gates
+            self._turn_gates = []
+            for observer in self.observers():
+                observer.accounting.turn_due = math.inf
+                observer.accounting.turn_gate = None
+            for gate in old:
+                gate.release()
+
+    def _release_gates(self) -> None:
+        """Let every waiting loop go on (the watchdog's thread ends)."""
+        with self._gates_lock:
+            for gate in self._look_gates + self._turn_gates:
+                gate.release()
+            self._look_gates = []
+            self._turn_gates = []
 
     def _retired(self, observer: Observer) -> bool:
         loop = observer.loop

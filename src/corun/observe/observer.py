@@ -48,24 +48,41 @@ class _Pauses:
     """Sleeps now and then in a long walk off the loop's thread (a no-op on it).
 
     A thread that only yields the GIL takes it straight back; a short sleep
-    lets the loop's thread have it. Checked every 16 items, by the clock, so
-    that a slow machine pauses as often as a fast one.
+    lets the loop's thread have it, and the loop hands it back at its next
+    poll (``_pause``). Checked every 16 items, by the clock, so that a slow
+    machine pauses as often as a fast one.
     """
 
-    __slots__ = ("_count", "_off_loop", "_since")
+    __slots__ = ("_count", "_off_loop", "_since", "paused")
 
     def __init__(self, *, off_loop: bool) -> None:
         self._off_loop = off_loop
         self._count = 0
         self._since = time.perf_counter()
+        self.paused = False
 
     def tick(self) -> None:
         self._count += 1
         if self._off_loop and not self._count & 15:
             now = time.perf_counter()
             if now - self._since >= CHUNK_SECONDS:
-                time.sleep(CHUNK_PAUSE)
+                _pause()
+                self.paused = True
                 self._since = time.perf_counter()
+
+
+def _pause() -> None:
+    """Let the loop run a batch of handles, then take the GIL back (off the loop's thread only)."""
+    from corun.observe.monitor import MONITOR
+
+    MONITOR.turn()
+    time.sleep(CHUNK_PAUSE)
+
+
+def _pauses_done() -> None:
+    from corun.observe.monitor import MONITOR
+
+    MONITOR.turns_done()
 
 
 #: A task's fields, in ``TaskSummary``'s order.
@@ -252,36 +269,40 @@ class Observer:
         # all at once, 10,000 tuples would outlive the young generations and
         # bring on a full collection, which holds every thread up for tens of
         # milliseconds with this many tasks.
-        for first in range(0, len(live), COUNTER_SLICE):
-            tasks = live[first : first + COUNTER_SLICE]
-            for task, counters in zip(tasks, task_counters(tasks), strict=True):
-                pause.tick()
-                ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters
-                waiter = task._fut_waiter if isinstance(task, TaskCore) else None
-                stack: tuple[str, ...] = ()
-                waits = ""
-                if stacks:
-                    try:
-                        chain = await_chain(task.get_coro())
-                        stack = tuple(task_stack(task, chain))
-                        if waiter is not None:
-                            waits = waiting_on(task, now, chain)
-                    except Exception as exc:  # a task changing under us: say so, go on
-                        waits = f"(unreadable: {type(exc).__name__})"
-                yield (
-                    ident or id(task),
-                    task.get_name(),
-                    parent or None,
-                    _state(task, step_task, waiter),
-                    steps,
-                    busy,
-                    longest,
-                    wake_total / steps if steps else 0.0,
-                    wake_max,
-                    wake_p99,
-                    waits,
-                    stack,
-                )
+        try:
+            for first in range(0, len(live), COUNTER_SLICE):
+                tasks = live[first : first + COUNTER_SLICE]
+                for task, counters in zip(tasks, task_counters(tasks), strict=True):
+                    pause.tick()
+                    ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters
+                    waiter = task._fut_waiter if isinstance(task, TaskCore) else None
+                    stack: tuple[str, ...] = ()
+                    waits = ""
+                    if stacks:
+                        try:
+                            chain = await_chain(task.get_coro())
+                            stack = tuple(task_stack(task, chain))
+                            if waiter is not None:
+                                waits = waiting_on(task, now, chain)
+                        except Exception as exc:  # a task changing under us: say so, go on
+                            waits = f"(unreadable: {type(exc).__name__})"
+                    yield (
+                        ident or id(task),
+                        task.get_name(),
+                        parent or None,
+                        _state(task, step_task, waiter),
+                        steps,
+                        busy,
+                        longest,
+                        wake_total / steps if steps else 0.0,
+                        wake_max,
+                        wake_p99,
+                        waits,
+                        stack,
+                    )
+        finally:
+            if pause.paused:
+                _pauses_done()
 
     def busiest(self, rows: int, states: dict[str, int] | None = None) -> list[dict[str, Any]]:
         """The ``rows`` tasks most busy since the last call, with their cumulative counters.
@@ -335,11 +356,13 @@ class Observer:
         out: list[Event] = []
         for first in range(oldest, written, 1024):
             if off_loop and first != oldest:
-                time.sleep(CHUNK_PAUSE)  # slices, so that the loop gets the GIL
+                _pause()  # slices, so that the loop gets the GIL
             out.extend(
                 Event(stamp, KIND_NAMES.get(kind, str(kind)), a, b, text)
                 for stamp, kind, a, b, text in recorder.events(first, first + 1024)
             )
+        if off_loop and written - oldest > 1024:
+            _pauses_done()
         return out
 
     def blocked(self) -> Stall | None:

@@ -128,6 +128,10 @@ class InspectServer:
         request_timeout: seconds a client has, from connecting, to send its request.
         answer_timeout: seconds a client has to take the answer.
         max_answer: largest answer body in bytes.
+        turn: called before each call that gives up the GIL for a moment while
+            a connection is served; ``turns_done`` when it is served. corun's
+            observation passes ``Monitor.turn`` and ``Monitor.turns_done``, so
+            that a busy loop hands the GIL back at once (monitor.py).
     """
 
     # Invariant: _thread is None until start(), then the serving thread for
@@ -144,6 +148,8 @@ class InspectServer:
         request_timeout: float = REQUEST_TIMEOUT,
         answer_timeout: float = ANSWER_TIMEOUT,
         max_answer: int = MAX_ANSWER,
+        turn: Callable[[], None] = lambda: None,
+        turns_done: Callable[[], None] = lambda: None,
     ) -> None:
         if not request_timeout > 0 or not answer_timeout > 0:
             raise ValueError("request_timeout and answer_timeout must be > 0")
@@ -154,6 +160,8 @@ class InspectServer:
         self._request_timeout = request_timeout
         self._answer_timeout = answer_timeout
         self._max_answer = max_answer
+        self._turn = turn
+        self._turns_done = turns_done
         self._uid = os.geteuid()
         self._thread: threading.Thread | None = None
         self._wake_w = -1
@@ -263,18 +271,9 @@ class InspectServer:
                 if wake_r in ready:
                     return
                 try:
-                    conn, _ = listener.accept()
-                except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                    continue
-                except OSError as exc:
-                    # Out of fds (EMFILE, ENFILE) or buffers: the listener stays
-                    # readable, so back off instead of spinning on it.
-                    logger.warning("inspect: accept failed: %s", exc)
-                    if _wait_readable(wake_r, _ACCEPT_BACKOFF):
-                        return
-                    continue
-                with conn:
-                    self._serve_connection(conn, wake_r)
+                    self._serve_next(listener, wake_r)
+                finally:
+                    self._turns_done()
         except _Closing:
             return
         except Exception:
@@ -283,6 +282,24 @@ class InspectServer:
         finally:
             listener.close()
             os.close(wake_r)
+
+    def _serve_next(self, listener: socket.socket, wake_r: int) -> None:
+        """Accept a connection and answer it; ``_Closing`` if the server closes meanwhile."""
+        try:
+            self._turn()
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return
+        except OSError as exc:
+            # Out of fds (EMFILE, ENFILE) or buffers: the listener stays
+            # readable, so back off instead of spinning on it.
+            logger.warning("inspect: accept failed: %s", exc)
+            if _wait_readable(wake_r, _ACCEPT_BACKOFF):
+                raise _Closing from None
+            return
+        with conn:
+            self._serve_connection(conn, wake_r)
+            self._turn()  # for the close
 
     def _serve_connection(self, conn: socket.socket, wake_r: int) -> None:
         """Answer one connection and write its audit line; only ``_Closing`` escapes."""
@@ -305,6 +322,7 @@ class InspectServer:
             audit.extra.append("server error")
         finally:
             outcome = ", ".join([audit.outcome, *audit.extra])
+            self._turn()  # a log handler may write
             logger.log(
                 audit.level,
                 "inspect: peer pid=%d uid=%d request=%s outcome=%s bytes=%d ms=%.1f",
@@ -342,12 +360,14 @@ class InspectServer:
         deadline = audit.started + self._request_timeout
         line = bytearray()
         while b"\n" not in line and len(line) <= MAX_REQUEST:
+            self._turn()
             if not _wait(conn, select.POLLIN, wake_r, deadline):
                 audit.request = _shown(bytes(line))
                 raise _Refused(
                     "timeout", f"no request line within {self._request_timeout:g} s; closing"
                 )
             try:
+                self._turn()
                 # Never more than the limit allows: a flood stays in the kernel.
                 chunk = conn.recv(MAX_REQUEST + 1 - len(line))
             except (BlockingIOError, InterruptedError):
@@ -392,9 +412,11 @@ class InspectServer:
         for part in (header, body):
             view = memoryview(part)
             while view:
+                self._turn()
                 if not _wait(conn, select.POLLOUT, wake_r, deadline):
                     raise _TooSlow
                 try:
+                    self._turn()
                     # MSG_NOSIGNAL: a peer gone must be an error, not SIGPIPE,
                     # even in a program that restored SIGPIPE's default action.
                     n = conn.send(view, socket.MSG_NOSIGNAL)

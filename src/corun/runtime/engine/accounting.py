@@ -241,9 +241,12 @@ class EventRing:
 
 # --- the loop's accounting ---------------------------------------------------------
 
-#: Seconds the loop waits for the watchdog's look at a handoff before it goes
-#: on without it (see ``LoopAccounting.let_watchdog_look``).
+#: Seconds the loop waits at a hand-over of the GIL before it goes on without
+#: it (see ``LoopAccounting.hand_over``).
 HANDOFF_TIMEOUT: Final = 0.001
+#: Hand-overs the loop tries again, at its next polls, when the other thread
+#: did not come in time (another took the GIL first): it still wants it.
+HANDOFF_RETRIES: Final = 3
 _NEVER: Final = float("inf")
 
 
@@ -284,10 +287,18 @@ class LoopAccounting:
         self.last_read: float = 0.0
         self.io_wait_total: float = 0.0
         self.io_wait_since: float = 0.0
-        # The watchdog's next look: the time it wakes (on the clock), and a
-        # lock it holds until that look is done (see ``let_watchdog_look``).
-        self.watchdog_due: float = _NEVER
-        self.watchdog_gate: Any = None
+        # When a thread of corun.observe wants the GIL next (on the clock),
+        # and a lock it holds until it has had it (see ``hand_over``): the
+        # watchdog's next look, and a turn of the serving thread.
+        self.look_due: float = _NEVER
+        self.look_gate: Any = None
+        self.look_misses: i64 = 0
+        self.turn_due: float = _NEVER
+        self.turn_gate: Any = None
+        self.turn_misses: i64 = 0
+        # Hand-overs, and those that the other thread did not take in time.
+        self.hand_overs: i64 = 0
+        self.hand_overs_missed: i64 = 0
         self.tasks_spawned: int = 0
         self.tasks_exited: int = 0
         self._next_task_id: int = 0
@@ -312,24 +323,49 @@ class LoopAccounting:
         self.retired_handle = None
         self.retired_task = None
 
-    def let_watchdog_look(self) -> None:
-        """Wait, without the GIL, for the watchdog's look that is due (the loop polls past its time).
+    def hand_over(self, now: float) -> None:
+        """Wait, without the GIL, for the thread of observation that wants it now.
 
-        A thread that wakes must take the GIL back, and a loop that lets go of
-        it only for the moment of each poll takes it back first nearly every
-        time. So the watchdog waited for the GIL for hundreds of milliseconds
-        at each look, and meanwhile every poll woke it in vain: 10,000 context
-        switches a second, and a third more per step on the empty-step
-        benchmark. Instead, the watchdog publishes when it will wake and a
-        lock it holds until its look is done; the loop, at its first poll past
-        that time, waits on the lock, for at most ``HANDOFF_TIMEOUT``.
+        The loop calls this at a poll past ``turn_due`` or ``look_due``. A
+        thread that wakes must take the GIL back, and a loop that lets go of it
+        only for the moment of each poll takes it back first nearly every
+        time: the watchdog waited for it for hundreds of milliseconds at each
+        look, and meanwhile every poll woke it in vain (10,000 context switches
+        a second, a third more per step on the empty-step benchmark). So the
+        thread publishes when it wants the GIL and a lock it holds until it
+        has had it, and the loop waits on the lock, for at most
+        ``HANDOFF_TIMEOUT`` (and again at the next polls, ``HANDOFF_RETRIES``
+        times, if it did not come: another thread took the GIL first).
         """
-        gate = self.watchdog_gate
-        self.watchdog_due = _NEVER
-        self.watchdog_gate = None
-        if gate is not None:
-            gate.acquire(True, HANDOFF_TIMEOUT)
-        self.last_read = 0.0  # the wait is the watchdog's, not the next step's
+        # The thread may publish its next gate while the loop waits on this
+        # one: a slot is cleared only if it still holds the gate waited on.
+        if now >= self.turn_due:
+            gate = self.turn_gate
+            if self._handed_over(gate, self.turn_misses):
+                if self.turn_gate is gate:
+                    self.turn_due = _NEVER
+                    self.turn_gate = None
+            elif self.turn_gate is gate:
+                self.turn_misses += 1
+        else:
+            gate = self.look_gate
+            if self._handed_over(gate, self.look_misses):
+                if self.look_gate is gate:
+                    self.look_due = _NEVER
+                    self.look_gate = None
+            elif self.look_gate is gate:
+                self.look_misses += 1
+        self.last_read = 0.0  # the wait is the other thread's, not the next step's
+
+    def _handed_over(self, gate: Any, misses: i64) -> bool:
+        """Wait on ``gate``: False if it did not open and the hand-over is to be tried again."""
+        if gate is None:
+            return True
+        self.hand_overs += 1
+        if gate.acquire(True, HANDOFF_TIMEOUT):
+            return True
+        self.hand_overs_missed += 1
+        return misses >= HANDOFF_RETRIES
 
     def sync_wall(self) -> None:
         """Measure ``wall_offset`` again (the watchdog does, every second), after clock steps."""

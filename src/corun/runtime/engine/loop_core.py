@@ -115,8 +115,8 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
         # An empty poll is the loop's own bookkeeping, not a wait.
         if timeout != 0.0:
             accounting.io_wait_total += end - start
-        if end >= accounting.watchdog_due:
-            accounting.let_watchdog_look()
+        if end >= accounting.turn_due or end >= accounting.look_due:
+            accounting.hand_over(end)
     if instruments.after_io_wait:
         instruments.call_io_hook("after_io_wait", instruments.after_io_wait, timeout)
 
