@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 BACKSTOP: Final = 1.0
 #: Seconds between two windows of utilisation and CPU.
 WINDOW: Final = 1.0
+#: How long after the watchdog's wake-up the loop hands it the GIL: by then
+#: the watchdog waits for it, and takes it at once. Handed over at the wake-up
+#: itself, the loop would also wait out the timer's slack (about 50 us).
+LOOK_LATE: Final = 0.0002
 
 _THREAD_LINE: Final = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)")
 _FRAME_LINE: Final = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
@@ -110,9 +114,13 @@ class Monitor:
         if not self._gc_installed:
             gc.callbacks.append(self._gc_callback)
             self._gc_installed = True
+        self.look_now()
+
+    def look_now(self) -> None:
+        """Wake the watchdog for a look now (a loop added, a threshold changed)."""
         self._wake.set()
-        # Its first look, on the new loop too: the thread may be new, and
-        # without a hand-over it would wait long for its first GIL.
+        # Handed over too: the thread may be new, or asleep for a look far off,
+        # and without a hand-over it would wait long for the GIL.
         self._publish_look(0.0)
 
     def remove(self, observer: Observer) -> None:
@@ -190,7 +198,7 @@ class Monitor:
                 accounting = observer.accounting
                 accounting.look_gate = gate
                 accounting.look_misses = 0
-                accounting.look_due = accounting.clock() + wait
+                accounting.look_due = accounting.clock() + wait + LOOK_LATE
                 self._look_gates.append(gate)
             for gate in old:
                 gate.release()

@@ -397,6 +397,9 @@ class Observer:
         """Change the stall threshold (seconds, checked by ``enable``)."""
         self.stall_threshold = seconds
         self.accounting.stall_threshold = seconds
+        from corun.observe.monitor import MONITOR
+
+        MONITOR.look_now()  # the watchdog may sleep for the old threshold
 
     def _off_loop(self) -> bool:
         """Whether this thread is not the loop's (a walk must then leave it the GIL now and then)."""
@@ -461,11 +464,13 @@ class Observer:
         seq = accounting.step_seq
         start = accounting.step_start
         watch = self._watch
-        # While the loop waits, look this often: a step that starts right
-        # after a look is seen by the next one, in time to wake at its threshold.
-        # Not a whole threshold: each look may wait for the GIL (up to the
-        # 5 ms switch interval), and a late first look makes a late detection.
-        idle = min(0.01, self.stall_threshold / 4)
+        # While the loop waits or runs short steps, look this often: a step
+        # that starts right after a look is seen by the next one, in time to
+        # wake at its threshold. Not a whole threshold: a look may wait for
+        # the GIL (up to the 5 ms switch interval while a step computes), and
+        # a late first look makes a late detection. Each look costs the loop a
+        # hand-over of the GIL (about 0.1 ms): 20 a second at the default.
+        idle = self.stall_threshold / 2
         if handle is None or watch is None or watch.seq != seq:
             if watch is not None:
                 # Its long step is taken below, or on a later look.

@@ -296,9 +296,11 @@ class LoopAccounting:
         self.turn_due: float = _NEVER
         self.turn_gate: Any = None
         self.turn_misses: i64 = 0
-        # Hand-overs, and those that the other thread did not take in time.
+        # Hand-overs, those that the other thread did not take in time, and
+        # the seconds the loop waited in them.
         self.hand_overs: i64 = 0
         self.hand_overs_missed: i64 = 0
+        self.hand_over_seconds: float = 0.0
         self.tasks_spawned: int = 0
         self.tasks_exited: int = 0
         self._next_task_id: int = 0
@@ -355,6 +357,7 @@ class LoopAccounting:
                     self.look_gate = None
             elif self.look_gate is gate:
                 self.look_misses += 1
+        self.hand_over_seconds += self.clock() - now
         self.last_read = 0.0  # the wait is the other thread's, not the next step's
 
     def _handed_over(self, gate: Any, misses: i64) -> bool:
