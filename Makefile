@@ -99,6 +99,7 @@ bench-observe: install
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq valgrind >/dev/null; }
 	$(VPY) -m benchmarks.observe_instructions $(OBSERVE_ARGS)
 	$(VPY) -m benchmarks.observe_overhead $(OBSERVE_ARGS)
+	$(VPY) -m benchmarks.observe_modes
 
 # Other libraries' own test suites on asyncio's loop and on corun's, with a table of
 # the differences (docs/ecosystem.md); not part of `make test`. Installs PostgreSQL and

@@ -87,6 +87,9 @@ def _no_hand_over() -> Iterator[None]:
 def _run(mode: str, steps: int) -> tuple[float, float, float]:
     """ns per step, other threads' wakes a second, and the share of time spent handing over."""
     loop = corun.new_event_loop()
+    from_environment = observe.observer_of(loop)  # CORUN_OBSERVE=1: each mode sets its own
+    if from_environment is not None:
+        from_environment.close()
     observer = None
     try:
         if mode == "accounting":

@@ -18,28 +18,19 @@ pytestmark = pytest.mark.skipif(
 
 def test_quick_run_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "--quick",
-            "--only",
-            "call_soon,timers",
-            "--repeat",
-            "1",
-            "--loops",
-            "corun,asyncio",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    _run_module(
+        "benchmarks",
+        "--quick",
+        "--only",
+        "call_soon,timers",
+        "--repeat",
+        "1",
+        "--loops",
+        "corun,asyncio",
+        "--out",
+        str(out),
         timeout=60,
-        check=False,
     )
-    assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "results.json").read_text())
     assert doc["schema"] == 1
     assert doc["loops"] == ["corun", "asyncio"]
@@ -62,3 +53,33 @@ def test_quick_run_writes_results(tmp_path: Path) -> None:
     md = (out / "results.md").read_text()
     assert "| benchmark | metric | corun | asyncio | uvloop |" in md
     assert "call_soon" in md and "timers" in md
+
+
+def test_observe_modes_writes_its_table(tmp_path: Path) -> None:
+    _run_module(
+        "benchmarks.observe_modes",
+        "--steps",
+        "20000",
+        "--repeat",
+        "1",
+        "--out",
+        str(tmp_path),
+        timeout=120,
+    )
+    rows = json.loads((tmp_path / "observe_modes.json").read_text())
+    assert [row["mode"] for row in rows] == ["off", "accounting", "on", "on, no hand-over"]
+    assert all(row["ns_per_step_median"] > 0 for row in rows)
+    assert rows[0]["vs_off_ns"] == 0
+    assert "| on, no hand-over |" in (tmp_path / "observe_modes.md").read_text()
+
+
+def _run_module(module: str, *args: str, timeout: float) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
