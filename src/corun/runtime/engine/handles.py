@@ -59,10 +59,17 @@ class LoopBase:
         # or passed to task_scheduled instruments.
         self._corun_accounting: LoopAccounting | None = None
         self._observed: bool = False
+        # Whether a task step has anything to call: the accounting, or a
+        # before/after-step or exit instrument. One flag read twice per step
+        # instead of four reads and tests.
+        self._step_hooks: bool = False
 
     def _update_observed(self) -> None:
-        self._observed = self._corun_accounting is not None or bool(
-            self._corun_instruments.task_scheduled
+        instruments = self._corun_instruments
+        accounting = self._corun_accounting is not None
+        self._observed = accounting or bool(instruments.task_scheduled)
+        self._step_hooks = accounting or bool(
+            instruments.before_task_step or instruments.after_task_step or instruments.task_exited
         )
 
 

@@ -400,18 +400,22 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
         task._must_cancel = False
     task._fut_waiter = None
     loop = task._loop
-    # _instruments_of and _accounting_of in one: this runs on every step.
+    # One flag of the loop's for every per-step hook, read once (the cast to
+    # LoopBase is a type check): this runs on every step. An instrument
+    # added during the step is called from the next one on.
+    hooked = False
     accounting: LoopAccounting | None = None
+    instruments = NO_INSTRUMENTS
     if task._corun_loop:
         base = cast(LoopBase, loop)
-        instruments = base._corun_instruments
+        hooked = base._step_hooks
+    if hooked:
         accounting = base._corun_accounting
+        instruments = base._corun_instruments
         if accounting is not None:
             accounting.step_task = task
-    else:
-        instruments = NO_INSTRUMENTS
-    if instruments.before_task_step:
-        instruments.call_task_hook("before_task_step", instruments.before_task_step, task)
+        if instruments.before_task_step:
+            instruments.call_task_hook("before_task_step", instruments.before_task_step, task)
     _enter_task(loop, task)
     try:
         coro = task._coro
@@ -466,12 +470,15 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
                 _handle_yield(task, result)
     finally:
         _leave_task(loop, task)
-        if accounting is not None and task._state != PENDING:
-            accounting.task_exited(task._corun_id, task._corun_steps + 1, task._name, task._state)
-        if instruments.after_task_step:
-            instruments.call_task_hook("after_task_step", instruments.after_task_step, task)
-        if instruments.task_exited and task._state != PENDING:
-            instruments.call_task_hook("task_exited", instruments.task_exited, task)
+        if hooked:
+            if accounting is not None and task._state != PENDING:
+                accounting.task_exited(
+                    task._corun_id, task._corun_steps + 1, task._name, task._state
+                )
+            if instruments.after_task_step:
+                instruments.call_task_hook("after_task_step", instruments.after_task_step, task)
+            if instruments.task_exited and task._state != PENDING:
+                instruments.call_task_hook("task_exited", instruments.task_exited, task)
 
 
 # The step as an object, held in a compiled static: naming ``task_step`` where
