@@ -494,3 +494,55 @@ def test_the_serving_thread_is_handed_the_gil_by_a_loop_of_short_steps(
     assert len(times) == 8
     assert max(times) < 0.05, times
     assert rate < 2_000, f"the serving thread and the watchdog woke {rate:.0f} times a second"
+
+
+def test_the_loop_runs_between_the_slices_of_a_walk_off_its_thread(
+    loop: corun.EventLoop,
+) -> None:
+    # corun ps walks the tasks on the serving thread in slices of about 2 ms,
+    # pausing between them so that the loop runs. The loop used to wait for
+    # the GIL at the end of its poll, while a slice held it, and then at the
+    # pause's gate: a 1 ms ticker missed slices.
+    import itertools
+    import statistics
+    import threading
+
+    from corun.observe.observer import CHUNK_SECONDS
+
+    observer = observe.enable(loop, serve=False)
+
+    async def main() -> tuple[list[float], int]:
+        event = asyncio.Event()
+        waiters = [asyncio.create_task(event.wait()) for _ in range(10_000)]
+        await asyncio.sleep(0.05)
+        ticks: list[float] = []
+        walking = True
+
+        async def ticker() -> None:
+            while walking:
+                await asyncio.sleep(0.001)
+                ticks.append(time.perf_counter())
+
+        tick = asyncio.create_task(ticker())
+        await asyncio.sleep(0.05)
+        pieces: list[list[str]] = []
+        walk = threading.Thread(target=lambda: pieces.append(answers.ps_pieces([observer])))
+        start = len(ticks)
+        walk.start()
+        while walk.is_alive():
+            await asyncio.sleep(0.005)
+        walking = False
+        end = len(ticks)
+        await tick
+        event.set()
+        await asyncio.gather(*waiters)
+        document = json.loads("".join(pieces[0]))
+        return ticks[start:end], len(document["tasks"])
+
+    ticks, tasks = loop.run_until_complete(main())
+    assert tasks >= 10_000
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert len(gaps) > 10, gaps  # the walk spans many slices
+    # A turn at every pause: the ticker's typical gap is about one slice
+    # (2.4 ms measured), not two or three (4.6 ms here before; 7 ms in ps's child).
+    assert statistics.median(gaps) < 1.75 * CHUNK_SECONDS, sorted(gaps)

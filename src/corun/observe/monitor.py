@@ -30,6 +30,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from corun.observe.protocol import logger
+from corun.runtime.engine.accounting import HANDOFF_TIMEOUT
 
 if TYPE_CHECKING:
     from corun.observe.observer import Observer
@@ -203,12 +204,13 @@ class Monitor:
             for gate in old:
                 gate.release()
 
-    def turn(self) -> None:
+    def turn(self, wait: float = HANDOFF_TIMEOUT) -> None:
         """Have the observed loops wait at their next poll: this thread is about to give up the GIL briefly.
 
         For the serving thread and long walks, before a call that releases the
         GIL and returns soon (a system call on a ready socket, a short sleep).
-        The loops waiting since the last turn go on.
+        The loops waiting since the last turn go on. ``wait``: how long a loop
+        waits for this thread's next turn (a walk's pause: longer than a slice).
         """
         with self._gates_lock:
             old = self._turn_gates
@@ -221,6 +223,7 @@ class Monitor:
                 accounting = observer.accounting
                 accounting.turn_gate = gate
                 accounting.turn_misses = 0
+                accounting.turn_wait = wait
                 accounting.turn_due = accounting.clock()
                 self._turn_gates.append(gate)
             for gate in old:

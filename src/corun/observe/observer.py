@@ -20,7 +20,7 @@ from typing import Any, Final
 from corun.observe.histogram import LatencyHistogram
 from corun.observe.protocol import logger
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
-from corun.observe.waits import await_chain, task_stack, thread_stack, waiting_on
+from corun.observe.waits import chain_frames, task_stack, thread_stack, waiting_on
 from corun.runtime.engine.accounting import KIND_NAMES, NOTE, STALL, SUMMARY, LoopAccounting
 from corun.runtime.engine.task_core import (
     STATE_NAMES,
@@ -75,7 +75,9 @@ def _pause() -> None:
     """Let the loop run a batch of handles, then take the GIL back (off the loop's thread only)."""
     from corun.observe.monitor import MONITOR
 
-    MONITOR.turn()
+    # The loop waits for the next pause at its next poll: waiting for the GIL
+    # instead, it would get it only when the interpreter forces a switch.
+    MONITOR.turn(wait=CHUNK_SECONDS * 2)
     time.sleep(CHUNK_PAUSE)
 
 
@@ -260,11 +262,11 @@ class Observer:
         held up for long.
         """
         off_loop = self._off_loop()
+        pause = _Pauses(off_loop=off_loop)  # reading the registry is part of the first slice
         live = self.live_tasks()
         step_task = self.accounting.step_task
         loop = self._loop_ref()
         now = loop.time() if loop is not None else 0.0
-        pause = _Pauses(off_loop=off_loop)
         # The counters are read a slice at a time, as the walk gets there: read
         # all at once, 10,000 tuples would outlive the young generations and
         # bring on a full collection, which holds every thread up for tens of
@@ -280,10 +282,10 @@ class Observer:
                     waits = ""
                     if stacks:
                         try:
-                            chain = await_chain(task.get_coro())
-                            stack = tuple(task_stack(task, chain))
+                            frames = chain_frames(task.get_coro())
+                            stack = tuple(task_stack(frames))
                             if waiter is not None:
-                                waits = waiting_on(task, now, chain)
+                                waits = waiting_on(task, now, frames)
                         except Exception as exc:  # a task changing under us: say so, go on
                             waits = f"(unreadable: {type(exc).__name__})"
                     yield (
@@ -302,6 +304,9 @@ class Observer:
                     )
         finally:
             if pause.paused:
+                # The caller assembles its answer next (2 MB of JSON for a
+                # ps of 10,000 tasks): the loop runs first.
+                _pause()
                 _pauses_done()
 
     def busiest(self, rows: int, states: dict[str, int] | None = None) -> list[dict[str, Any]]:

@@ -74,51 +74,64 @@ def _kind(code: CodeType) -> str:
     return kind
 
 
-def await_chain(coro: Any) -> list[Any]:
-    """The coroutines and generators from ``coro`` down to what it awaits, outermost first."""
-    chain: list[Any] = []
+# Per type of awaitable other than Python's own coroutines and generators: the
+# names of its frame and of what it awaits (Cython's coroutines, async
+# generators' asend), or None for a future or other leaf, where a chain ends.
+# Asking a future for attributes it lacks raises inside getattr, several
+# times per task: the answer per type is kept instead.
+_CHAIN_ATTRS: dict[type, tuple[str, str] | None] = {}
+_MAX_CHAIN_TYPES: Final = 1_000
+_CHAIN_NAMES: Final = (
+    ("cr_frame", "cr_await"),
+    ("gi_frame", "gi_yieldfrom"),
+    ("ag_frame", "ag_await"),
+)
+
+
+def _chain_attrs(kind: type) -> tuple[str, str] | None:
+    try:
+        return _CHAIN_ATTRS[kind]
+    except KeyError:
+        pass
+    if len(_CHAIN_ATTRS) >= _MAX_CHAIN_TYPES:
+        _CHAIN_ATTRS.clear()
+    found = next((names for names in _CHAIN_NAMES if hasattr(kind, names[1])), None)
+    _CHAIN_ATTRS[kind] = found
+    return found
+
+
+def chain_frames(coro: Any) -> list[FrameType]:
+    """The frames of ``coro`` and of what it awaits, in turn, outermost first.
+
+    A suspended task's coroutine awaits another (``cr_await``), down to a
+    future; the chain's frames are its stack. A finished coroutine has none.
+    """
+    frames: list[FrameType] = []
     current = coro
-    while current is not None and len(chain) < 256:
-        chain.append(current)
+    for _depth in range(256):
+        if current is None:
+            break
         kind = type(current)
         if kind is CoroutineType:
+            frame = current.cr_frame
             current = current.cr_await
         elif kind is GeneratorType:
+            frame = current.gi_frame
             current = current.gi_yieldfrom
         else:
-            nxt = getattr(current, "cr_await", None)
-            if nxt is None:
-                nxt = getattr(current, "gi_yieldfrom", None)
-            if nxt is None:
-                nxt = getattr(current, "ag_await", None)
-            current = nxt
-    return chain
-
-
-def frame_of(awaitable: Any) -> FrameType | None:
-    """The frame of a coroutine, generator or async generator (None when it has none)."""
-    kind = type(awaitable)
-    if kind is CoroutineType:
-        return awaitable.cr_frame  # type: ignore[no-any-return]
-    if kind is GeneratorType:
-        return awaitable.gi_frame  # type: ignore[no-any-return]
-    for name in ("cr_frame", "gi_frame", "ag_frame"):
-        frame = getattr(awaitable, name, None)
+            names = _chain_attrs(kind)
+            if names is None:
+                break
+            frame = getattr(current, names[0], None)
+            current = getattr(current, names[1], None)
         if frame is not None:
-            return frame  # type: ignore[no-any-return]
-    return None
+            frames.append(frame)
+    return frames
 
 
-def task_stack(task: Any, chain: list[Any] | None = None) -> list[str]:
-    """The task's await chain as ``file:line function`` strings, innermost last."""
-    if chain is None:
-        chain = await_chain(task.get_coro())
-    lines = []
-    for item in chain:
-        frame = frame_of(item)
-        if frame is not None:
-            lines.append(_location(frame))
-    return lines[-MAX_FRAMES:]
+def task_stack(frames: list[FrameType]) -> list[str]:
+    """A task's stack from ``chain_frames``, as ``file:line function`` strings, innermost last."""
+    return [_location(frame) for frame in frames[-MAX_FRAMES:]]
 
 
 def thread_stack(frame: FrameType | None) -> list[str]:
@@ -131,21 +144,19 @@ def thread_stack(frame: FrameType | None) -> list[str]:
     return lines[-MAX_FRAMES:]
 
 
-def waiting_on(task: Any, loop_time: float, chain: list[Any] | None = None) -> str:
+def waiting_on(task: Any, loop_time: float, frames: list[FrameType] | None = None) -> str:
     """A short description of what ``task`` waits for ("" when it is ready to run).
 
     ``loop_time`` is the loop's clock now, to turn a sleep's deadline into
-    the time left. ``chain`` saves walking the await chain again.
+    the time left. ``frames`` (``chain_frames`` of its coroutine) saves
+    walking the await chain again.
     """
     waiter = getattr(task, "_fut_waiter", None)
     if waiter is None:
         return ""
-    if chain is None:
-        chain = await_chain(task.get_coro())
-    for awaitable in reversed(chain):
-        frame = frame_of(awaitable)
-        if frame is None:
-            continue
+    if frames is None:
+        frames = chain_frames(task.get_coro())
+    for frame in reversed(frames):
         kind = _kind(frame.f_code)
         if kind == "fd":
             return _fd_wait(frame)

@@ -247,6 +247,10 @@ HANDOFF_TIMEOUT: Final = 0.001
 #: Hand-overs the loop tries again, at its next polls, when the other thread
 #: did not come in time (another took the GIL first): it still wants it.
 HANDOFF_RETRIES: Final = 3
+#: Seconds past a turn's due time that the loop goes on running ready handles
+#: before it hands the GIL over at a poll that does not wait: a turn between
+#: two slices of a walk lets a timer's callback and the task it wakes both run.
+TURN_GRACE: Final = 0.0005
 _NEVER: Final = float("inf")
 
 
@@ -296,6 +300,11 @@ class LoopAccounting:
         self.turn_due: float = _NEVER
         self.turn_gate: Any = None
         self.turn_misses: i64 = 0
+        # How long the loop waits at a turn's gate: a walk's slice is longer
+        # than a system call, and a loop that gives up waiting mid-slice waits
+        # for the GIL instead, until the slice ends or the interpreter forces
+        # a switch (5 ms).
+        self.turn_wait: float = HANDOFF_TIMEOUT
         # Hand-overs, those that the other thread did not take in time, and
         # the seconds the loop waited in them.
         self.hand_overs: i64 = 0
@@ -343,7 +352,7 @@ class LoopAccounting:
         # one: a slot is cleared only if it still holds the gate waited on.
         if now >= self.turn_due:
             gate = self.turn_gate
-            if self._handed_over(gate, self.turn_misses):
+            if self._handed_over(gate, self.turn_misses, self.turn_wait):
                 if self.turn_gate is gate:
                     self.turn_due = _NEVER
                     self.turn_gate = None
@@ -351,7 +360,7 @@ class LoopAccounting:
                 self.turn_misses += 1
         else:
             gate = self.look_gate
-            if self._handed_over(gate, self.look_misses):
+            if self._handed_over(gate, self.look_misses, HANDOFF_TIMEOUT):
                 if self.look_gate is gate:
                     self.look_due = _NEVER
                     self.look_gate = None
@@ -360,12 +369,12 @@ class LoopAccounting:
         self.hand_over_seconds += self.clock() - now
         self.last_read = 0.0  # the wait is the other thread's, not the next step's
 
-    def _handed_over(self, gate: Any, misses: i64) -> bool:
+    def _handed_over(self, gate: Any, misses: i64, wait: float) -> bool:
         """Wait on ``gate``: False if it did not open and the hand-over is to be tried again."""
         if gate is None:
             return True
         self.hand_overs += 1
-        if gate.acquire(True, HANDOFF_TIMEOUT):
+        if gate.acquire(True, wait):
             return True
         self.hand_overs_missed += 1
         return misses >= HANDOFF_RETRIES

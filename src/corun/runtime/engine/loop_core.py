@@ -55,7 +55,7 @@ from typing import Any, Final, Protocol, TypeAlias, TypeVar, TypeVarTuple, Unpac
 from mypy_extensions import mypyc_attr
 
 from corun.runtime._constants import logger
-from corun.runtime.engine.accounting import LoopAccounting
+from corun.runtime.engine.accounting import TURN_GRACE, LoopAccounting
 from corun.runtime.engine.epoll import EpollIO
 from corun.runtime.engine.formatting import DEBUG_STACK_DEPTH
 from corun.runtime.engine.futures import Future, set_result_unless_cancelled
@@ -106,6 +106,16 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
         start = accounting.last_read
         if start <= 0.0:
             start = accounting.clock()
+        if start >= accounting.turn_due and timeout != 0.0:
+            # The serving thread wants the GIL and the loop is about to wait:
+            # hand it over before the wait, not after. A poll that returns
+            # while that thread holds the GIL waits for it, until the thread
+            # next lets go or the interpreter forces a switch (5 ms).
+            accounting.hand_over(start)
+            now = accounting.clock()
+            if timeout is not None:
+                timeout = max(0.0, timeout - (now - start))
+            start = now
         accounting.io_wait_since = start
         try:
             end = loop._io.poll(timeout, queue, accounting.clock)
@@ -115,7 +125,11 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
         # An empty poll is the loop's own bookkeeping, not a wait.
         if timeout != 0.0:
             accounting.io_wait_total += end - start
-        if end >= accounting.turn_due or end >= accounting.look_due:
+        # A look waits while the serving thread takes turns: waiting on the
+        # look's gate, the loop would miss the turn, and lose a slice of a walk.
+        if end - accounting.turn_due >= TURN_GRACE or (
+            end >= accounting.look_due and accounting.turn_gate is None
+        ):
             accounting.hand_over(end)
     if instruments.after_io_wait:
         instruments.call_io_hook("after_io_wait", instruments.after_io_wait, timeout)
