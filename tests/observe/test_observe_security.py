@@ -267,6 +267,19 @@ def test_each_connection_leaves_one_audit_line(
     )
 
 
+def test_an_answer_in_many_pieces_arrives_whole_and_in_order(
+    serve: Callable[..., InspectServer],
+) -> None:
+    # Pieces of odd sizes, more of them than one sendmsg() takes, and more
+    # bytes than the socket buffers hold: partial sends split pieces.
+    pieces = [chr(ord("a") + n % 26) * (1_000 + 7_919 * n % 40_000) for n in range(300)]
+    server = serve({"many": lambda: pieces})
+    assert server.path is not None
+    body = "".join(pieces).encode()
+    assert len(body) > 4_000_000
+    assert ask(server.path, b"many\n") == b"ok %d\n" % len(body) + body
+
+
 def test_error_answers(
     serve: Callable[..., InspectServer], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -278,11 +291,15 @@ def test_error_answers(
         "boom": boom,
         "big": lambda: "é" * 6,
         "notstr": lambda: b"x",  # type: ignore[dict-item,return-value]
+        "pieces": lambda: ["{", '"a":1', "}"],  # type: ignore[dict-item,return-value]
+        "badpiece": lambda: ["{", 1, "}"],  # type: ignore[dict-item,return-value,list-item]
+        "bigpieces": lambda: ["é" * 3, "é" * 3],  # type: ignore[dict-item,return-value]
     }
     server = serve(handlers, max_answer=11)
     assert server.path is not None
     assert (
-        ask(server.path, b"top\n") == b"error unknown request 'top'; known: big, boom, notstr, ps\n"
+        ask(server.path, b"top\n")
+        == b"error unknown request 'top'; known: badpiece, big, bigpieces, boom, notstr, pieces, ps\n"
     )
     assert ask(server.path, b"boom\n") == (
         b"error the boom handler failed: RuntimeError: broke over two lines\n"
@@ -290,6 +307,14 @@ def test_error_answers(
     assert ask(server.path, b"big\n") == b"error the big answer is 12 bytes, over the limit of 11\n"
     assert ask(server.path, b"notstr\n") == (
         b"error the notstr handler failed: TypeError: returned bytes, not str\n"
+    )
+    # An answer in pieces is sent as one, its length their sum, and checked as one.
+    assert ask(server.path, b"pieces\n") == b'ok 7\n{"a":1}'
+    assert ask(server.path, b"badpiece\n") == (
+        b"error the badpiece handler failed: TypeError: returned a piece of int, not str\n"
+    )
+    assert ask(server.path, b"bigpieces\n") == (
+        b"error the bigpieces answer is 12 bytes, over the limit of 11\n"
     )
     assert ask(server.path, b" ps\r\n") == b"ok 2\n{}"
     # The end of the stream ends the line too; without it, the line is awaited.

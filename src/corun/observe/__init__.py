@@ -110,13 +110,13 @@ def _serve() -> None:
     if MONITOR.server is not None:
         return
     from corun.observe import answers, dumps, prometheus
-    from corun.observe.server import InspectServer
+    from corun.observe.server import Answer, InspectServer
 
     def answer(make: Callable[[list[Observer]], dict[str, Any]]) -> Callable[[], str]:
         return lambda: answers.encode(make(MONITOR.observers()))
 
-    handlers: dict[str, Callable[[], str]] = {
-        "ps": lambda: answers.ps_text(MONITOR.observers()),
+    handlers: dict[str, Callable[[], Answer]] = {
+        "ps": lambda: answers.ps_pieces(MONITOR.observers()),
         "top": answer(answers.top),
         "dump": answer(answers.dump),
         "metrics": lambda: prometheus.exposition(MONITOR.observers()),

@@ -70,12 +70,13 @@ def stall_document(stall: Stall) -> dict[str, Any]:
     }
 
 
-def ps_text(observers: Sequence[Observer]) -> str:
-    """The ``ps`` answer, as JSON text.
+def ps_pieces(observers: Sequence[Observer]) -> list[str]:
+    """The ``ps`` answer, as pieces of JSON text that make one document in order.
 
-    Each task is encoded as it is walked, so that no single step holds the
-    GIL for long: encoding a 10,000-task document at once would stall the
-    observed loop for tens of milliseconds.
+    Each batch of tasks is encoded as it is walked, and the pieces are sent
+    as they are, so that no single step holds the GIL for long: encoding a
+    10,000-task document at once, or joining its 2 MB, would stall the
+    observed loop for milliseconds.
     """
     summaries = []
     encoded: list[str] = []
@@ -117,7 +118,11 @@ def ps_text(observers: Sequence[Observer]) -> str:
         "blocking": blocking,
         "loop": loop_document(summaries),
     }
-    return dumps(head)[:-1] + ',"tasks":[' + ",".join(encoded) + "]}"
+    pieces = [dumps(head)[:-1] + ',"tasks":[']
+    for index, batch_text in enumerate(encoded):
+        pieces.append(batch_text if index == 0 else "," + batch_text)
+    pieces.append("]}")
+    return pieces
 
 
 def top(observers: Sequence[Observer], rows: int = TOP_ROWS) -> dict[str, Any]:

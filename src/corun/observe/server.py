@@ -51,9 +51,10 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeAlias
 
 from corun.observe.protocol import (
     ANSWER_TIMEOUT,
@@ -77,6 +78,12 @@ _PROBE_TIMEOUT: Final = 0.5
 _ACCEPT_BACKOFF: Final = 0.1
 #: How much of a strange request the audit line repeats.
 _AUDIT_REQUEST_CHARS: Final = 40
+#: Buffers given to one sendmsg(): an answer in pieces goes out without
+#: being joined first (joining 2 MB holds the GIL for milliseconds).
+_SEND_BUFFERS: Final = 64
+
+#: A handler's answer: text, or text in pieces, sent one after the other.
+Answer: TypeAlias = str | Sequence[str]
 
 
 class _Closing(Exception):
@@ -118,8 +125,9 @@ class InspectServer:
     ``close()`` stops it and removes the socket. Call both from one thread.
 
     Args:
-        handlers: request name -> a function returning the whole answer text
-            (JSON, or the Prometheus text for ``"metrics"``). They run on the
+        handlers: request name -> a function returning the answer's text
+            (JSON, or the Prometheus text for ``"metrics"``), whole or as a
+            sequence of pieces, which are sent in order. They run on the
             server's thread, so they must be thread-safe, and should be quick:
             the next client waits meanwhile. One that raises, or returns an
             answer over ``max_answer`` bytes, makes an error answer and a log
@@ -142,7 +150,7 @@ class InspectServer:
     # that file and never one that another process put in its place.
     def __init__(
         self,
-        handlers: Mapping[str, Callable[[], str]],
+        handlers: Mapping[str, Callable[[], Answer]],
         *,
         directory: str | None = None,
         request_timeout: float = REQUEST_TIMEOUT,
@@ -155,7 +163,7 @@ class InspectServer:
             raise ValueError("request_timeout and answer_timeout must be > 0")
         if max_answer < 0:
             raise ValueError("max_answer must be >= 0")
-        self._handlers: dict[str, Callable[[], str]] = dict(handlers)
+        self._handlers: dict[str, Callable[[], Answer]] = dict(handlers)
         self._directory = directory
         self._request_timeout = request_timeout
         self._answer_timeout = answer_timeout
@@ -339,7 +347,7 @@ class InspectServer:
             audit.level = logging.WARNING
             audit.outcome = "refused"
             message = f"permission denied: uid {audit.peer_uid} may not inspect this process"
-            self._send(conn, wake_r, audit, _error_line(message), b"")
+            self._send(conn, wake_r, audit, [_error_line(message)])
             return
         try:
             name = self._read_request(conn, wake_r, audit)
@@ -350,10 +358,10 @@ class InspectServer:
             body = self._call(name, handler)
         except _Refused as refusal:
             audit.outcome = refusal.outcome
-            self._send(conn, wake_r, audit, _error_line(refusal.message), b"")
+            self._send(conn, wake_r, audit, [_error_line(refusal.message)])
             return
         audit.outcome = "ok"
-        self._send(conn, wake_r, audit, b"ok %d\n" % len(body), body)
+        self._send(conn, wake_r, audit, [b"ok %d\n" % sum(map(len, body)), *body])
 
     def _read_request(self, conn: socket.socket, wake_r: int, audit: _Audit) -> str:
         """The request name, read within the request timeout; ``_Refused`` otherwise."""
@@ -386,44 +394,56 @@ class InspectServer:
             raise _Refused("malformed request", "malformed request: expected a name and a newline")
         return name.decode("ascii")
 
-    def _call(self, name: str, handler: Callable[[], str]) -> bytes:
+    def _call(self, name: str, handler: Callable[[], Answer]) -> list[bytes]:
         try:
-            text = handler()
-            if not isinstance(text, str):
-                raise TypeError(f"returned {type(text).__name__}, not str")
-            body = text.encode("utf-8")
+            answer = handler()
+            if isinstance(answer, str):
+                pieces = [answer]
+            elif isinstance(answer, list | tuple):
+                pieces = list(answer)
+            else:
+                raise TypeError(f"returned {type(answer).__name__}, not str")
+            for piece in pieces:
+                if not isinstance(piece, str):
+                    raise TypeError(f"returned a piece of {type(piece).__name__}, not str")
+            body = [piece.encode("utf-8") for piece in pieces]
         except Exception as exc:
             logger.exception("inspect: the %r handler failed", name)
             raise _Refused(
                 "handler failed", f"the {name} handler failed: {type(exc).__name__}: {exc}"
             ) from None
-        if len(body) > self._max_answer:
+        size = sum(map(len, body))
+        if size > self._max_answer:
             raise _Refused(
                 "answer too large",
-                f"the {name} answer is {len(body)} bytes, over the limit of {self._max_answer}",
+                f"the {name} answer is {size} bytes, over the limit of {self._max_answer}",
             )
         return body
 
-    def _send(
-        self, conn: socket.socket, wake_r: int, audit: _Audit, header: bytes, body: bytes
-    ) -> None:
-        """Send header then body within the answer timeout; ``_TooSlow`` if the peer lags."""
+    def _send(self, conn: socket.socket, wake_r: int, audit: _Audit, parts: list[bytes]) -> None:
+        """Send ``parts`` in order within the answer timeout; ``_TooSlow`` if the peer lags."""
         deadline = time.monotonic() + self._answer_timeout
-        for part in (header, body):
-            view = memoryview(part)
-            while view:
+        pending = deque(memoryview(part) for part in parts if part)
+        while pending:
+            self._turn()
+            if not _wait(conn, select.POLLOUT, wake_r, deadline):
+                raise _TooSlow
+            buffers = [pending[i] for i in range(min(len(pending), _SEND_BUFFERS))]
+            try:
                 self._turn()
-                if not _wait(conn, select.POLLOUT, wake_r, deadline):
-                    raise _TooSlow
-                try:
-                    self._turn()
-                    # MSG_NOSIGNAL: a peer gone must be an error, not SIGPIPE,
-                    # even in a program that restored SIGPIPE's default action.
-                    n = conn.send(view, socket.MSG_NOSIGNAL)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                audit.sent += n
-                view = view[n:]
+                # MSG_NOSIGNAL: a peer gone must be an error, not SIGPIPE,
+                # even in a program that restored SIGPIPE's default action.
+                sent = conn.sendmsg(buffers, [], socket.MSG_NOSIGNAL)
+            except (BlockingIOError, InterruptedError):
+                continue
+            audit.sent += sent
+            while sent:
+                first = pending[0]
+                if len(first) > sent:
+                    pending[0] = first[sent:]
+                    break
+                sent -= len(first)
+                pending.popleft()
 
 
 def _wait(conn: socket.socket, events: int, wake_r: int, deadline: float) -> bool:
