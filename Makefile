@@ -100,6 +100,7 @@ bench-observe: install
 	$(VPY) -m benchmarks.observe_instructions $(OBSERVE_ARGS)
 	$(VPY) -m benchmarks.observe_overhead $(OBSERVE_ARGS)
 	$(VPY) -m benchmarks.observe_modes
+	$(VPY) -m benchmarks.observe_ps
 
 # Other libraries' own test suites on asyncio's loop and on corun's, with a table of
 # the differences (docs/ecosystem.md); not part of `make test`. Installs PostgreSQL and

@@ -73,6 +73,25 @@ def test_observe_modes_writes_its_table(tmp_path: Path) -> None:
     assert "| on, no hand-over |" in (tmp_path / "observe_modes.md").read_text()
 
 
+def test_observe_ps_writes_its_table(tmp_path: Path) -> None:
+    _run_module(
+        "benchmarks.observe_ps",
+        "--children",
+        "1",
+        "--asks",
+        "1",
+        "--out",
+        str(tmp_path),
+        timeout=120,
+    )
+    data = json.loads((tmp_path / "observe_ps.json").read_text())
+    row = data["rows"]["this"]
+    assert row["answers"] == 1 and row["ps_median_ms"] > 0
+    assert row["bytes"] > 1_000_000  # 10,000 tasks, each with its stack
+    assert len(row["worst_gaps_ms"]) == len(row["floors_ms"]) == 1
+    assert "| this | 1 |" in (tmp_path / "observe_ps.md").read_text()
+
+
 def _run_module(module: str, *args: str, timeout: float) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],

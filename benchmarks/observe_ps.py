@@ -1,0 +1,149 @@
+"""``corun ps`` of 10,000 tasks: how long an answer takes, and how long it holds the loop up.
+
+    .venv/bin/python -m benchmarks.observe_ps [--children 6] [--asks 5] [--baseline-src DIR] [--out DIR]
+
+Each child is ``tests/observe/many_tasks_child.py`` run with ``CORUN_OBSERVE=1``:
+10,000 tasks waiting on sleeps, events, queues, locks, sockets, streams and
+other tasks, and a 1 ms ticker. This process asks it for ``ps`` ``--asks``
+times, 0.2 s apart, through ``corun.observe.client.request``, and the child
+reports its ticker's worst gap beyond the 1 ms while it was asked, and over an
+idle second before (the floor). With ``--baseline-src``, the ``src`` directory
+of another checkout, built in place (its ``make install``), takes turns with
+this one, child by child. Results go to ``benchmarks/results/observe_ps.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from corun.observe.client import request
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = ROOT / "tests" / "observe" / "many_tasks_child.py"
+#: Seconds a child has to get its tasks waiting, and to end.
+CHILD_TIMEOUT = 60.0
+
+
+def ask_child(src: Path, asks: int) -> dict[str, Any]:
+    """One child on the corun in ``src``: its answers' times, its worst gap and floor (ms)."""
+    with tempfile.TemporaryDirectory(prefix="corun-ps-bench-") as runtime_dir:
+        env = {k: v for k, v in os.environ.items() if k != "CORUN_OBSERVE"}
+        env.update(PYTHONPATH=str(src), XDG_RUNTIME_DIR=runtime_dir, CORUN_OBSERVE="1")
+        child = subprocess.Popen(
+            [sys.executable, str(CHILD)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        previous = os.environ.get("XDG_RUNTIME_DIR")
+        os.environ["XDG_RUNTIME_DIR"] = runtime_dir  # where the client looks for the socket
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            ready, floor = child.stdout.readline().split()
+            assert ready == "ready"
+            times = []
+            size = 0
+            for _ in range(asks):
+                started = time.perf_counter()
+                size = len(request(child.pid, "ps"))
+                times.append((time.perf_counter() - started) * 1e3)
+                time.sleep(0.2)
+            child.stdin.close()
+            worst = float(child.stdout.readline())
+            child.wait(CHILD_TIMEOUT)
+        finally:
+            if previous is None:
+                os.environ.pop("XDG_RUNTIME_DIR", None)
+            else:
+                os.environ["XDG_RUNTIME_DIR"] = previous
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return {"ps_ms": times, "worst_gap_ms": worst, "floor_ms": float(floor), "bytes": size}
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The answers' median and range, and each child's worst gap and floor."""
+    times = [t for run in runs for t in run["ps_ms"]]
+    return {
+        "answers": len(times),
+        "ps_median_ms": statistics.median(times),
+        "ps_min_ms": min(times),
+        "ps_max_ms": max(times),
+        "worst_gaps_ms": sorted(run["worst_gap_ms"] for run in runs),
+        "floors_ms": sorted(run["floor_ms"] for run in runs),
+        "bytes": runs[-1]["bytes"],
+    }
+
+
+def markdown(rows: dict[str, dict[str, Any]], date: str, baseline: Path | None) -> str:
+    lines = [f"`corun ps` of 10,000 tasks ({date}; `python -m benchmarks.observe_ps`):", ""]
+    if baseline is not None:
+        lines += [f"baseline: the corun in `{baseline}`, child by child with this one.", ""]
+    lines += [
+        "| code | answers | median ms | min | max | worst loop gap per child, ms | idle floor per child, ms |",
+        "|---|--:|--:|--:|--:|---|---|",
+    ]
+    for name, row in rows.items():
+        gaps = ", ".join(f"{g:.1f}" for g in row["worst_gaps_ms"])
+        floors = ", ".join(f"{f:.1f}" for f in row["floors_ms"])
+        lines.append(
+            f"| {name} | {row['answers']} | {row['ps_median_ms']:.0f} | {row['ps_min_ms']:.0f} "
+            f"| {row['ps_max_ms']:.0f} | {gaps} | {floors} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.observe_ps")
+    parser.add_argument("--children", type=int, default=6)
+    parser.add_argument("--asks", type=int, default=5)
+    parser.add_argument("--baseline-src", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    if args.children < 1 or args.asks < 1:
+        parser.error("--children and --asks must be at least 1")
+    sources = {"this": ROOT / "src"}
+    if args.baseline_src is not None:
+        if not (args.baseline_src / "corun").is_dir():
+            parser.error(f"--baseline-src {args.baseline_src}: no corun package there")
+        sources["baseline"] = args.baseline_src
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sources}
+    for child in range(args.children):
+        for name, src in sources.items():  # interleaved: the host's mood is shared
+            run = ask_child(src, args.asks)
+            runs[name].append(run)
+            print(
+                f"child {child + 1} {name}: ps {[round(t) for t in run['ps_ms']]} ms, "
+                f"worst gap {run['worst_gap_ms']:.1f} ms, floor {run['floor_ms']:.1f} ms",
+                flush=True,
+            )
+    rows = {name: summarise(found) for name, found in runs.items()}
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    table = markdown(rows, date, args.baseline_src)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "observe_ps.json").write_text(
+        json.dumps(
+            {"date": date, "baseline_src": str(args.baseline_src), "rows": rows, "runs": runs},
+            indent=2,
+        )
+        + "\n"
+    )
+    (args.out / "observe_ps.md").write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
