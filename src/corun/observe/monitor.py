@@ -34,6 +34,7 @@ from corun.runtime.engine.accounting import HANDOFF_TIMEOUT
 
 if TYPE_CHECKING:
     from corun.observe.observer import Observer
+    from corun.runtime.engine.accounting import LoopAccounting
 
 
 #: Seconds a C call may hold the GIL before faulthandler dumps every stack.
@@ -190,19 +191,13 @@ class Monitor:
         """Release the loops waiting for the look just taken; have them wait for the next, in ``wait`` s."""
         with self._gates_lock:
             old = self._look_gates
-            self._look_gates = []
-            for observer in self.observers():
-                if observer.closed:
-                    continue
-                gate = threading.Lock()
-                gate.acquire()
-                accounting = observer.accounting
+            armed = self._held_gates()
+            for accounting, gate in armed:
                 accounting.look_gate = gate
                 accounting.look_misses = 0
                 accounting.look_due = accounting.clock() + wait + LOOK_LATE
-                self._look_gates.append(gate)
-            for gate in old:
-                gate.release()
+            self._look_gates = [gate for _, gate in armed]
+            _release(old)
 
     def turn(self, wait: float = HANDOFF_TIMEOUT) -> None:
         """Have the observed loops wait at their next poll: this thread is about to give up the GIL briefly.
@@ -214,20 +209,14 @@ class Monitor:
         """
         with self._gates_lock:
             old = self._turn_gates
-            self._turn_gates = []
-            for observer in self.observers():
-                if observer.closed:
-                    continue
-                gate = threading.Lock()
-                gate.acquire()
-                accounting = observer.accounting
+            armed = self._held_gates()
+            for accounting, gate in armed:
                 accounting.turn_gate = gate
                 accounting.turn_misses = 0
                 accounting.turn_wait = wait
                 accounting.turn_due = accounting.clock()
-                self._turn_gates.append(gate)
-            for gate in old:
-                gate.release()
+            self._turn_gates = [gate for _, gate in armed]
+            _release(old)
 
     def turns_done(self) -> None:
         """This thread needs no more turns: the loops waiting for it go on."""
@@ -237,16 +226,24 @@ class Monitor:
             for observer in self.observers():
                 observer.accounting.turn_due = math.inf
                 observer.accounting.turn_gate = None
-            for gate in old:
-                gate.release()
+            _release(old)
 
     def _release_gates(self) -> None:
         """Let every waiting loop go on (the watchdog's thread ends)."""
         with self._gates_lock:
-            for gate in self._look_gates + self._turn_gates:
-                gate.release()
+            _release(self._look_gates + self._turn_gates)
             self._look_gates = []
             self._turn_gates = []
+
+    def _held_gates(self) -> list[tuple[LoopAccounting, threading.Lock]]:
+        """A new lock, held by this thread, for each observed loop still open."""
+        armed = []
+        for observer in self.observers():
+            if not observer.closed:
+                gate = threading.Lock()
+                gate.acquire()
+                armed.append((observer.accounting, gate))
+        return armed
 
     def _retired(self, observer: Observer) -> bool:
         loop = observer.loop
@@ -337,3 +334,9 @@ class Monitor:
 
 
 MONITOR: Final = Monitor()
+
+
+def _release(gates: list[threading.Lock]) -> None:
+    """Let the loops waiting on ``gates`` go on."""
+    for gate in gates:
+        gate.release()

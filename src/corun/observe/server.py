@@ -42,6 +42,7 @@ many threads' worth of the GIL from the observed loop.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import math
 import os
@@ -52,7 +53,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
@@ -83,7 +84,7 @@ _AUDIT_REQUEST_CHARS: Final = 40
 _SEND_BUFFERS: Final = 64
 
 #: A handler's answer: text, or text in pieces, sent one after the other.
-Answer: TypeAlias = str | Sequence[str]
+Answer: TypeAlias = str | list[str]
 
 
 class _Closing(Exception):
@@ -127,7 +128,7 @@ class InspectServer:
     Args:
         handlers: request name -> a function returning the answer's text
             (JSON, or the Prometheus text for ``"metrics"``), whole or as a
-            sequence of pieces, which are sent in order. They run on the
+            list of pieces, which are sent in order. They run on the
             server's thread, so they must be thread-safe, and should be quick:
             the next client waits meanwhile. One that raises, or returns an
             answer over ``max_answer`` bytes, makes an error answer and a log
@@ -399,8 +400,8 @@ class InspectServer:
             answer = handler()
             if isinstance(answer, str):
                 pieces = [answer]
-            elif isinstance(answer, list | tuple):
-                pieces = list(answer)
+            elif isinstance(answer, list):
+                pieces = answer
             else:
                 raise TypeError(f"returned {type(answer).__name__}, not str")
             for piece in pieces:
@@ -428,7 +429,7 @@ class InspectServer:
             self._turn()
             if not _wait(conn, select.POLLOUT, wake_r, deadline):
                 raise _TooSlow
-            buffers = [pending[i] for i in range(min(len(pending), _SEND_BUFFERS))]
+            buffers = list(itertools.islice(pending, _SEND_BUFFERS))
             try:
                 self._turn()
                 # MSG_NOSIGNAL: a peer gone must be an error, not SIGPIPE,

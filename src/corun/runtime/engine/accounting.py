@@ -334,19 +334,21 @@ class LoopAccounting:
         self.retired_handle = None
         self.retired_task = None
 
-    def hand_over(self, now: float) -> None:
-        """Wait, without the GIL, for the thread of observation that wants it now.
+    def hand_over(self, now: float) -> float:
+        """Wait, without the GIL, for the thread of observation that wants it now; the clock after.
 
-        The loop calls this at a poll past ``turn_due`` or ``look_due``. A
-        thread that wakes must take the GIL back, and a loop that lets go of it
-        only for the moment of each poll takes it back first nearly every
+        A thread that wakes must take the GIL back, and a loop that lets go of
+        it only for the moment of each poll takes it back first nearly every
         time: the watchdog waited for it for hundreds of milliseconds at each
         look, and meanwhile every poll woke it in vain (10,000 context switches
         a second, a third more per step on the empty-step benchmark). So the
         thread publishes when it wants the GIL and a lock it holds until it
-        has had it, and the loop waits on the lock, for at most
-        ``HANDOFF_TIMEOUT`` (and again at the next polls, ``HANDOFF_RETRIES``
-        times, if it did not come: another thread took the GIL first).
+        has had it, and the loop waits on the lock: for a turn of the serving
+        thread, before a poll that would wait (or after one that does not,
+        ``TURN_GRACE`` past the turn), for at most ``turn_wait``; for a look of
+        the watchdog, after a poll, for at most ``HANDOFF_TIMEOUT``. If the
+        thread did not come (another took the GIL first), the loop tries again
+        at its next polls, ``HANDOFF_RETRIES`` times.
         """
         # The thread may publish its next gate while the loop waits on this
         # one: a slot is cleared only if it still holds the gate waited on.
@@ -366,8 +368,10 @@ class LoopAccounting:
                     self.look_gate = None
             elif self.look_gate is gate:
                 self.look_misses += 1
-        self.hand_over_seconds += self.clock() - now
+        end = self.clock()
+        self.hand_over_seconds += end - now
         self.last_read = 0.0  # the wait is the other thread's, not the next step's
+        return end
 
     def _handed_over(self, gate: Any, misses: i64, wait: float) -> bool:
         """Wait on ``gate``: False if it did not open and the hand-over is to be tried again."""

@@ -111,8 +111,7 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
             # hand it over before the wait, not after. A poll that returns
             # while that thread holds the GIL waits for it, until the thread
             # next lets go or the interpreter forces a switch (5 ms).
-            accounting.hand_over(start)
-            now = accounting.clock()
+            now = accounting.hand_over(start)
             if timeout is not None:
                 timeout = max(0.0, timeout - (now - start))
             start = now
