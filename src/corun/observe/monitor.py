@@ -199,13 +199,16 @@ class Monitor:
             self._look_gates = [gate for _, gate in armed]
             _release(old)
 
-    def turn(self, wait: float = HANDOFF_TIMEOUT) -> None:
+    def turn(self, wait: float = HANDOFF_TIMEOUT, grace: float = 0.0) -> None:
         """Have the observed loops wait at their next poll: this thread is about to give up the GIL briefly.
 
         For the serving thread and long walks, before a call that releases the
         GIL and returns soon (a system call on a ready socket, a short sleep).
         The loops waiting since the last turn go on. ``wait``: how long a loop
-        waits for this thread's next turn (a walk's pause: longer than a slice).
+        waits for this thread's next turn (a walk's pause: longer than a slice);
+        ``grace``: how long a loop with ready handles runs on first (a walk's
+        pause gives it time for a timer and the task it wakes; a system call's
+        turn, none, for the answer's sake).
         """
         with self._gates_lock:
             old = self._turn_gates
@@ -214,6 +217,7 @@ class Monitor:
                 accounting.turn_gate = gate
                 accounting.turn_misses = 0
                 accounting.turn_wait = wait
+                accounting.turn_grace = grace
                 accounting.turn_due = accounting.clock()
             self._turn_gates = [gate for _, gate in armed]
             _release(old)

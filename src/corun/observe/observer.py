@@ -40,6 +40,9 @@ MAX_STALLS: Final = 128
 #: long, then sleeps this long, so that the loop's thread can take the GIL.
 CHUNK_SECONDS: Final = 0.002
 CHUNK_PAUSE: Final = 0.0001
+#: At a pause, a loop with ready handles runs them this long before it hands
+#: the GIL back: a timer's callback and the task it wakes both run.
+PAUSE_GRACE: Final = 0.0005
 #: Tasks whose counters are read in one compiled call.
 COUNTER_SLICE: Final = 256
 
@@ -77,7 +80,7 @@ def _pause() -> None:
 
     # The loop waits for the next pause at its next poll: waiting for the GIL
     # instead, it would get it only when the interpreter forces a switch.
-    MONITOR.turn(wait=CHUNK_SECONDS * 2)
+    MONITOR.turn(wait=CHUNK_SECONDS * 2, grace=PAUSE_GRACE)
     time.sleep(CHUNK_PAUSE)
 
 

@@ -247,10 +247,6 @@ HANDOFF_TIMEOUT: Final = 0.001
 #: Hand-overs the loop tries again, at its next polls, when the other thread
 #: did not come in time (another took the GIL first): it still wants it.
 HANDOFF_RETRIES: Final = 3
-#: Seconds past a turn's due time that the loop goes on running ready handles
-#: before it hands the GIL over at a poll that does not wait: a turn between
-#: two slices of a walk lets a timer's callback and the task it wakes both run.
-TURN_GRACE: Final = 0.0005
 _NEVER: Final = float("inf")
 
 
@@ -305,6 +301,10 @@ class LoopAccounting:
         # for the GIL instead, until the slice ends or the interpreter forces
         # a switch (5 ms).
         self.turn_wait: float = HANDOFF_TIMEOUT
+        # How long past turn_due the loop goes on running ready handles before
+        # it hands over at a poll that does not wait: 0 for a system call's
+        # turn; a walk's pause lets a timer and the task it wakes both run.
+        self.turn_grace: float = 0.0
         # Hand-overs, those that the other thread did not take in time, and
         # the seconds the loop waited in them.
         self.hand_overs: i64 = 0
@@ -345,7 +345,7 @@ class LoopAccounting:
         thread publishes when it wants the GIL and a lock it holds until it
         has had it, and the loop waits on the lock: for a turn of the serving
         thread, before a poll that would wait (or after one that does not,
-        ``TURN_GRACE`` past the turn), for at most ``turn_wait``; for a look of
+        ``turn_grace`` past the turn), for at most ``turn_wait``; for a look of
         the watchdog, after a poll, for at most ``HANDOFF_TIMEOUT``. If the
         thread did not come (another took the GIL first), the loop tries again
         at its next polls, ``HANDOFF_RETRIES`` times.

@@ -55,7 +55,7 @@ from typing import Any, Final, Protocol, TypeAlias, TypeVar, TypeVarTuple, Unpac
 from mypy_extensions import mypyc_attr
 
 from corun.runtime._constants import logger
-from corun.runtime.engine.accounting import TURN_GRACE, LoopAccounting
+from corun.runtime.engine.accounting import LoopAccounting
 from corun.runtime.engine.epoll import EpollIO
 from corun.runtime.engine.formatting import DEBUG_STACK_DEPTH
 from corun.runtime.engine.futures import Future, set_result_unless_cancelled
@@ -126,7 +126,7 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
             accounting.io_wait_total += end - start
         # A look waits while the serving thread takes turns: waiting on the
         # look's gate, the loop would miss the turn, and lose a slice of a walk.
-        if end - accounting.turn_due >= TURN_GRACE or (
+        if end - accounting.turn_due >= accounting.turn_grace or (
             end >= accounting.look_due and accounting.turn_gate is None
         ):
             accounting.hand_over(end)
