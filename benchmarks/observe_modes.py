@@ -65,7 +65,7 @@ def _other_threads_switches() -> int:
                 for line in status:
                     if line.startswith("voluntary_ctxt_switches:"):
                         total += int(line.split()[1])
-        except FileNotFoundError:  # a thread that ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
             continue
     return total
 
