@@ -9,7 +9,10 @@ largest value seen.
 
 from __future__ import annotations
 
+import operator
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Final
 
 from corun.runtime.engine.accounting import BUCKETS, Histogram, bucket_bounds
@@ -64,8 +67,10 @@ class LatencyHistogram:
         return cls(counts, sum(counts), histogram.total, histogram.max)
 
     def __add__(self, other: LatencyHistogram) -> LatencyHistogram:
+        # map() over the 1,730 buckets, not a generator: corun top merges
+        # histograms in every answer, with the GIL held.
         return LatencyHistogram(
-            tuple(a + b for a, b in zip(self.counts, other.counts, strict=True)),
+            tuple(map(operator.add, *_layouts(self, other))),
             self.count + other.count,
             self.total + other.total,
             max(self.max, other.max),
@@ -73,23 +78,32 @@ class LatencyHistogram:
 
     def __sub__(self, earlier: LatencyHistogram) -> LatencyHistogram:
         """What was counted since ``earlier`` (its max is this one's: maxima don't subtract)."""
-        counts = tuple(a - b for a, b in zip(self.counts, earlier.counts, strict=True))
+        counts = tuple(map(operator.sub, *_layouts(self, earlier)))
         return LatencyHistogram(counts, sum(counts), self.total - earlier.total, self.max)
 
     def quantile(self, q: float) -> float:
         """The ``q`` quantile (0 to 1) in seconds; 0.0 when empty."""
-        if not 0.0 <= q <= 1.0:
-            raise ValueError(f"quantile must be between 0 and 1, not {q!r}")
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs: tuple[float, ...]) -> list[float]:
+        """The quantiles ``qs`` (each 0 to 1) in seconds, from one pass over the buckets."""
+        for q in qs:
+            if not 0.0 <= q <= 1.0:
+                raise ValueError(f"quantile must be between 0 and 1, not {q!r}")
         if self.count == 0:
-            return 0.0
-        rank = q * self.count
-        seen = 0
-        for index, count in enumerate(self.counts):
-            seen += count
-            if count and seen >= rank:
-                low, high = bucket_bounds(index)
-                return min((low + high) / 2e9, self.max)
-        return self.max
+            return [0.0] * len(qs)
+        seen = list(accumulate(self.counts))
+        out: list[float] = []
+        for q in qs:
+            # The first bucket whose running count reaches the rank (at least
+            # one sample in): that bucket is not empty.
+            index = bisect_left(seen, max(q * self.count, 1))
+            if index >= BUCKETS:
+                out.append(self.max)
+                continue
+            low, high = bucket_bounds(index)
+            out.append(min((low + high) / 2e9, self.max))
+        return out
 
     @property
     def mean(self) -> float:
@@ -127,10 +141,16 @@ class LatencyHistogram:
 
     def summary(self) -> dict[str, float]:
         """p50, p90, p99, max (seconds) and count, as the JSON answers give them."""
-        return {
-            "p50": self.p50,
-            "p90": self.p90,
-            "p99": self.p99,
-            "max": self.max,
-            "count": self.count,
-        }
+        p50, p90, p99 = self.quantiles((0.5, 0.9, 0.99))
+        return {"p50": p50, "p90": p90, "p99": p99, "max": self.max, "count": self.count}
+
+
+def _layouts(
+    one: LatencyHistogram, other: LatencyHistogram
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The counts of both, which must have the same buckets (map() would cut the longer)."""
+    if len(one.counts) != len(other.counts):
+        raise ValueError(
+            f"histograms of {len(one.counts)} and {len(other.counts)} buckets do not add up"
+        )
+    return one.counts, other.counts
