@@ -15,12 +15,20 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any, Final
 
 from corun.observe.histogram import LatencyHistogram
 from corun.observe.protocol import logger
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
-from corun.observe.waits import chain_frames, task_stack, thread_stack, waiting_on
+from corun.observe.waits import (
+    chain_frames,
+    ps_view,
+    task_stack,
+    thread_stack,
+    unreadable,
+    waiting_on,
+)
 from corun.runtime.engine.accounting import KIND_NAMES, NOTE, STALL, SUMMARY, LoopAccounting
 from corun.runtime.engine.task_core import (
     STATE_NAMES,
@@ -43,8 +51,9 @@ CHUNK_PAUSE: Final = 0.0001
 #: At a pause, a loop with ready handles runs them this long before it hands
 #: the GIL back: a timer's callback and the task it wakes both run.
 PAUSE_GRACE: Final = 0.0005
-#: Tasks whose counters are read in one compiled call.
-COUNTER_SLICE: Final = 256
+#: Tasks a walk reads between two looks at the clock (and whose counters
+#: are read in one compiled call).
+WALK_SLICE: Final = 64
 
 
 class _Pauses:
@@ -52,21 +61,19 @@ class _Pauses:
 
     A thread that only yields the GIL takes it straight back; a short sleep
     lets the loop's thread have it, and the loop hands it back at its next
-    poll (``_pause``). Checked every 16 items, by the clock, so that a slow
-    machine pauses as often as a fast one.
+    poll (``_pause``). Checked after each slice of the walk, by the clock, so
+    that a slow machine pauses as often as a fast one.
     """
 
-    __slots__ = ("_count", "_off_loop", "_since", "paused")
+    __slots__ = ("_off_loop", "_since", "paused")
 
     def __init__(self, *, off_loop: bool) -> None:
         self._off_loop = off_loop
-        self._count = 0
         self._since = time.perf_counter()
         self.paused = False
 
     def tick(self) -> None:
-        self._count += 1
-        if self._off_loop and not self._count & 15:
+        if self._off_loop:
             now = time.perf_counter()
             if now - self._since >= CHUNK_SECONDS:
                 _pause()
@@ -94,6 +101,7 @@ def _pauses_done() -> None:
 TaskRow = tuple[
     int, str, int | None, str, int, float, float, float, float, float, str, tuple[str, ...]
 ]
+PsRow = tuple[int, str, int | None, str, str, str]
 
 
 class ObserveError(Exception):
@@ -257,60 +265,87 @@ class Observer:
         """A summary of each live task (``stacks=False``: without await chains and waits)."""
         return [TaskSummary(*row) for row in self.walk(stacks=stacks)]
 
-    def walk(self, *, stacks: bool = True) -> Iterator[TaskRow]:
-        """Each live task as the fields of a ``TaskSummary``, in order.
+    def _paced(self) -> Iterator[list[Any]]:
+        """The live tasks, ``WALK_SLICE`` at a time.
 
-        Off the loop's thread, the walk pauses every millisecond or so (see
-        ``_Pauses``), so that the loop of a process with 10,000 tasks is never
-        held up for long.
+        Off the loop's thread, the walk pauses every couple of milliseconds
+        (see ``_Pauses``), so that the loop of a process with 10,000 tasks is
+        never held up for long. Whatever reads the tasks reads them a slice at
+        a time, as the walk gets there: 10,000 tuples read at once would
+        outlive the young generations and bring on a full collection, which
+        holds every thread up for tens of milliseconds with this many tasks.
         """
-        off_loop = self._off_loop()
-        pause = _Pauses(off_loop=off_loop)  # reading the registry is part of the first slice
+        pause = _Pauses(
+            off_loop=self._off_loop()
+        )  # reading the registry is part of the first slice
         live = self.live_tasks()
-        step_task = self.accounting.step_task
-        loop = self._loop_ref()
-        now = loop.time() if loop is not None else 0.0
-        # The counters are read a slice at a time, as the walk gets there: read
-        # all at once, 10,000 tuples would outlive the young generations and
-        # bring on a full collection, which holds every thread up for tens of
-        # milliseconds with this many tasks.
         try:
-            for first in range(0, len(live), COUNTER_SLICE):
-                tasks = live[first : first + COUNTER_SLICE]
-                for task, counters in zip(tasks, task_counters(tasks), strict=True):
+            for first in range(0, len(live), WALK_SLICE):
+                if first:
                     pause.tick()
-                    ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters
-                    waiter = task._fut_waiter if isinstance(task, TaskCore) else None
-                    stack: tuple[str, ...] = ()
-                    waits = ""
-                    if stacks:
-                        try:
-                            frames = chain_frames(task.get_coro())
-                            stack = tuple(task_stack(frames))
-                            if waiter is not None:
-                                waits = waiting_on(task, now, frames)
-                        except Exception as exc:  # a task changing under us: say so, go on
-                            waits = f"(unreadable: {type(exc).__name__})"
-                    yield (
-                        ident or id(task),
-                        task.get_name(),
-                        parent or None,
-                        _state(task, step_task, waiter),
-                        steps,
-                        busy,
-                        longest,
-                        wake_total / steps if steps else 0.0,
-                        wake_max,
-                        wake_p99,
-                        waits,
-                        stack,
-                    )
+                yield live[first : first + WALK_SLICE]
         finally:
             if pause.paused:
-                # The caller assembles its answer next (2 MB of JSON for a
-                # ps of 10,000 tasks): the loop runs first.
+                # The caller assembles its answer next (the JSON of a ps of
+                # 10,000 tasks): the loop runs first.
                 _pause()
                 _pauses_done()
+
+    def _loop_time(self) -> float:
+        loop = self._loop_ref()
+        return loop.time() if loop is not None else 0.0
+
+    def walk(self, *, stacks: bool = True) -> Iterator[TaskRow]:
+        """Each live task as the fields of a ``TaskSummary``, in order (paced: see ``_paced``)."""
+        step_task = self.accounting.step_task
+        now = self._loop_time()
+        for tasks in self._paced():
+            for task, counters in zip(tasks, task_counters(tasks), strict=True):
+                ident, parent, steps, busy, longest, wake_total, wake_max, wake_p99 = counters
+                waiter = task._fut_waiter if isinstance(task, TaskCore) else None
+                stack: tuple[str, ...] = ()
+                waits = ""
+                if stacks:
+                    frames, waits = _chain_and_wait(task, waiter, now)
+                    stack = tuple(task_stack(frames))
+                yield (
+                    ident or id(task),
+                    task.get_name(),
+                    parent or None,
+                    _state(task, step_task, waiter),
+                    steps,
+                    busy,
+                    longest,
+                    wake_total / steps if steps else 0.0,
+                    wake_max,
+                    wake_p99,
+                    waits,
+                    stack,
+                )
+
+    def ps_rows(self) -> Iterator[PsRow]:
+        """Each live task as ``corun ps`` lists it, paced as ``walk`` is.
+
+        ``(id, name, parent, state, waiting_on, stack)``, the stack as JSON
+        text (``waits.ps_view``). No counters: ``ps`` shows none.
+        """
+        step_task = self.accounting.step_task
+        now = self._loop_time()
+        for tasks in self._paced():
+            for task in tasks:
+                if isinstance(task, TaskCore):
+                    ident, parent, waiter = task._corun_id, task._corun_parent, task._fut_waiter
+                else:
+                    ident, parent, waiter = 0, 0, None
+                waits, stack = ps_view(task, waiter, now)
+                yield (
+                    ident or id(task),
+                    task.get_name(),
+                    parent or None,
+                    _state(task, step_task, waiter),
+                    waits,
+                    stack,
+                )
 
     def busiest(self, rows: int, states: dict[str, int] | None = None) -> list[dict[str, Any]]:
         """The ``rows`` tasks most busy since the last call, with their cumulative counters.
@@ -612,6 +647,22 @@ class Observer:
     def note(self, text: str) -> None:
         """Write a note to the flight recorder (an observer part that failed, say)."""
         self.accounting.recorder.add(NOTE, 0, 0, text)
+
+
+def _chain_and_wait(task: Any, waiter: Any, now: float) -> tuple[list[FrameType], str]:
+    """A task's await chain (``chain_frames``) and what it waits on.
+
+    A task that changes under a reader in another thread can make either
+    unreadable: the answer says so, and the walk goes on.
+    """
+    try:
+        frames = chain_frames(task.get_coro())
+    except Exception as exc:
+        return [], unreadable(exc)
+    try:
+        return frames, waiting_on(task, now, frames) if waiter is not None else ""
+    except Exception as exc:
+        return frames, unreadable(exc)
 
 
 def _state(task: Any, step_task: Any, waiter: Any) -> str:
