@@ -21,6 +21,7 @@ import corun.observe as observe
 from corun.observe import LatencyHistogram, answers
 from corun.runtime.engine.accounting import (
     BUCKETS,
+    HANDOFF_RETRIES,
     SLOT,
     SLOTS,
     EventRing,
@@ -546,3 +547,74 @@ def test_the_loop_runs_between_the_slices_of_a_walk_off_its_thread(
     # A turn at every pause: the ticker's typical gap is about one slice
     # (2.4 ms measured), not two or three (4.6 ms here before; 7 ms in ps's child).
     assert statistics.median(gaps) < 1.75 * CHUNK_SECONDS, sorted(gaps)
+
+
+def test_the_loop_makes_the_serving_threads_turn_due_when_it_sees_a_client(
+    loop: corun.EventLoop,
+) -> None:
+    # The serving thread waits for clients without the GIL and wakes wanting
+    # it, before it can publish a turn: so it leaves a turn's gate that is not
+    # due, and the loop, which watches the socket in its own polls, makes it
+    # due. A loop of short steps kept that thread waiting 10 to 70 ms before.
+    import socket
+    import threading
+
+    observer = observe.enable(loop, serve=False)
+    accounting = observer.accounting
+    gate = threading.Lock()
+    gate.acquire()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(f"\0corun-test-arrivals-{os.getpid()}")
+    listener.listen(4)
+    clients: list[socket.socket] = []
+    try:
+        loop._watch_arrivals(listener.fileno())
+        accounting.turn_gate = gate
+        accounting.turn_due = math.inf
+
+        def run_briefly() -> None:
+            loop.run_until_complete(asyncio.sleep(0.005))
+
+        run_briefly()
+        # No client yet: nothing due, nothing waited for.
+        assert accounting.turn_due == math.inf and accounting.turn_gate is gate
+        assert accounting.turn_misses == 0
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        clients.append(client)
+        client.connect(listener.getsockname())
+        run_briefly()
+        # Due, and waited for at the gate. Nobody opens it here: each wait
+        # timed out, and the loop tried again at its next polls, then gave up.
+        assert accounting.turn_misses == HANDOFF_RETRIES and accounting.turn_gate is None
+        assert loop._io.get_reader(listener.fileno()) is None  # no handle: the thread's socket
+
+        # Not watched any more: a client comes and nothing is due.
+        loop._watch_arrivals(-1)
+        accounting.turn_gate, accounting.turn_due, accounting.turn_misses = gate, math.inf, 0
+        listener.accept()[0].close()
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        clients.append(client)
+        client.connect(listener.getsockname())
+        run_briefly()
+        assert accounting.turn_due == math.inf and accounting.turn_gate is gate
+        assert accounting.turn_misses == 0
+    finally:
+        accounting.turn_gate, accounting.turn_due = None, math.inf
+        loop._watch_arrivals(-1)
+        for client in clients:
+            client.close()
+        listener.close()
+
+
+def test_an_fd_with_a_reader_cannot_be_watched_for_arrivals(loop: corun.EventLoop) -> None:
+    import socket
+
+    left, right = socket.socketpair()
+    try:
+        loop.add_reader(left.fileno(), lambda: None)
+        with pytest.raises(ValueError, match="registered for a reader or writer"):
+            loop._watch_arrivals(left.fileno())
+        loop.remove_reader(left.fileno())
+    finally:
+        left.close()
+        right.close()

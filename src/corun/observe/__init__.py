@@ -122,13 +122,19 @@ def _serve() -> None:
         "metrics": lambda: prometheus.exposition(MONITOR.observers()),
     }
     try:
-        server = InspectServer(handlers, turn=MONITOR.turn, turns_done=MONITOR.turns_done)
+        server = InspectServer(
+            handlers,
+            turn=MONITOR.turn,
+            turns_done=MONITOR.turns_done,
+            waiting=MONITOR.wait_for_client,
+        )
         path = server.start()
     except Exception as exc:
         logger.warning("corun.observe: no inspection socket (%s); observing in process only", exc)
         MONITOR.server = False
         return
     MONITOR.server = server
+    MONITOR.watch_arrivals()
     # A normal exit removes the socket; SIGTERM's dump does (dumps.py).
     atexit.register(server.close)
     dumps.install(os.path.dirname(path), path)

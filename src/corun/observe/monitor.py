@@ -108,6 +108,7 @@ class Monitor:
         """Watch ``observer``'s loop; start the thread and the server if needed."""
         with self._lock:
             self._observers.append(observer)
+            self.watch_arrivals(observer)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="corun-observe-watchdog", daemon=True
@@ -131,6 +132,7 @@ class Monitor:
             if observer in self._observers:
                 self._observers.remove(observer)
             empty = not self._observers
+        _watch_arrivals(observer, -1)
         if empty:
             self._disarm()
             if self._gc_installed:
@@ -210,6 +212,19 @@ class Monitor:
         pause gives it time for a timer and the task it wakes; a system call's
         turn, none, for the answer's sake).
         """
+        self._publish_turn(wait, grace, due_now=True)
+
+    def wait_for_client(self) -> None:
+        """Have the observed loops hand over the GIL when a client connects: this thread waits for one.
+
+        For the serving thread, before it waits for its next client. The
+        loops watch the server's socket in their own polls, and make this
+        turn due when a client comes (``LoopAccounting.client_arrived``).
+        """
+        self._publish_turn(HANDOFF_TIMEOUT, 0.0, due_now=False)
+
+    def _publish_turn(self, wait: float, grace: float, *, due_now: bool) -> None:
+        """Release the loops waiting for the last turn; have them wait for the next (due now, or at a client)."""
         with self._gates_lock:
             old = self._turn_gates
             armed = self._held_gates()
@@ -218,9 +233,16 @@ class Monitor:
                 accounting.turn_misses = 0
                 accounting.turn_wait = wait
                 accounting.turn_grace = grace
-                accounting.turn_due = accounting.clock()
+                accounting.turn_due = accounting.clock() if due_now else math.inf
             self._turn_gates = [gate for _, gate in armed]
             _release(old)
+
+    def watch_arrivals(self, observer: Observer | None = None) -> None:
+        """Have ``observer``'s loop (default: every observed loop) watch the server's socket."""
+        server = self.server
+        fd = server.listener_fd() if server else -1
+        for watched in [observer] if observer is not None else self.observers():
+            _watch_arrivals(watched, fd)
 
     def turns_done(self) -> None:
         """This thread needs no more turns: the loops waiting for it go on."""
@@ -338,6 +360,16 @@ class Monitor:
 
 
 MONITOR: Final = Monitor()
+
+
+def _watch_arrivals(observer: Observer, fd: int) -> None:
+    loop = observer.loop
+    if loop is None:
+        return
+    try:
+        loop._watch_arrivals(fd)
+    except (OSError, ValueError) as exc:  # the loop closed meanwhile, or its fd was reused
+        logger.debug("corun.observe: the loop cannot watch the inspection socket: %s", exc)
 
 
 def _release(gates: list[threading.Lock]) -> None:

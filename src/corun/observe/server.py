@@ -138,9 +138,11 @@ class InspectServer:
         answer_timeout: seconds a client has to take the answer.
         max_answer: largest answer body in bytes.
         turn: called before each call that gives up the GIL for a moment while
-            a connection is served; ``turns_done`` when it is served. corun's
-            observation passes ``Monitor.turn`` and ``Monitor.turns_done``, so
-            that a busy loop hands the GIL back at once (monitor.py).
+            a connection is served; ``turns_done`` when it is served;
+            ``waiting`` before the thread waits for its next client. corun's
+            observation passes ``Monitor.turn``, ``Monitor.turns_done`` and
+            ``Monitor.wait_for_client``, so that a busy loop hands the GIL
+            back at once (monitor.py).
     """
 
     # Invariant: _thread is None until start(), then the serving thread for
@@ -159,6 +161,7 @@ class InspectServer:
         max_answer: int = MAX_ANSWER,
         turn: Callable[[], None] = lambda: None,
         turns_done: Callable[[], None] = lambda: None,
+        waiting: Callable[[], None] = lambda: None,
     ) -> None:
         if not request_timeout > 0 or not answer_timeout > 0:
             raise ValueError("request_timeout and answer_timeout must be > 0")
@@ -171,10 +174,12 @@ class InspectServer:
         self._max_answer = max_answer
         self._turn = turn
         self._turns_done = turns_done
+        self._waiting = waiting
         self._uid = os.geteuid()
         self._thread: threading.Thread | None = None
         self._wake_w = -1
         self._fds: frozenset[int] = frozenset()
+        self._listener_fd = -1
         self._path: str | None = None
         self._bound: tuple[int, int] | None = None
         self._owner_pid = -1
@@ -217,12 +222,17 @@ class InspectServer:
             raise
         self._path = path
         self._owner_pid = os.getpid()
-        self._fds = frozenset({listener.fileno(), wake_r, self._wake_w})
+        self._listener_fd = listener.fileno()
+        self._fds = frozenset({self._listener_fd, wake_r, self._wake_w})
         self._thread = threading.Thread(
             target=self._serve, args=(listener, wake_r), name="corun-inspect", daemon=True
         )
         self._thread.start()
         return path
+
+    def listener_fd(self) -> int:
+        """The listening socket's fd while the server serves, else -1."""
+        return -1 if self._closed else self._listener_fd
 
     def fds(self) -> frozenset[int]:
         """The file descriptors the server holds while it serves (its socket, its wake pipe)."""
@@ -276,6 +286,7 @@ class InspectServer:
         poller.register(wake_r, select.POLLIN)
         try:
             while True:
+                self._waiting()
                 ready = {fd for fd, _ in poller.poll()}
                 if wake_r in ready:
                     return
@@ -289,6 +300,7 @@ class InspectServer:
             # A bug here would otherwise end inspection silently.
             logger.exception("inspect: the server thread failed; inspection is off")
         finally:
+            self._turns_done()  # the loops stop waiting for clients
             listener.close()
             os.close(wake_r)
 

@@ -373,6 +373,18 @@ class LoopAccounting:
         self.last_read = 0.0  # the wait is the other thread's, not the next step's
         return end
 
+    def client_arrived(self, now: float) -> None:
+        """A client connected to corun.observe's server (the loop's poll saw it): its turn is due.
+
+        The serving thread waits for clients without the GIL, and wakes
+        wanting it back, with no turn published: a loop of short steps would
+        keep it waiting for tens of milliseconds (see ``hand_over``). So while
+        it waits, it holds a turn's gate that is not yet due, and the loop
+        makes it due when it sees the client itself.
+        """
+        if self.turn_gate is not None and self.turn_due == _NEVER:
+            self.turn_due = now
+
     def _handed_over(self, gate: Any, misses: i64, wait: float) -> bool:
         """Wait on ``gate``: False if it did not open and the hand-over is to be tried again."""
         if gate is None:

@@ -63,11 +63,15 @@ class FdRegistration:
 class EpollIO:
     """Registers readers and writers and waits for their fds to become ready."""
 
-    __slots__ = ("_epoll", "_registrations")
+    __slots__ = ("_epoll", "_registrations", "arrival_fd", "arrived")
 
     def __init__(self) -> None:
         self._epoll: select.epoll = select.epoll()
         self._registrations: dict[int, FdRegistration] = {}
+        #: An fd watched for corun.observe, with no handle: its readiness sets
+        #: ``arrived`` (see ``watch_arrivals``).
+        self.arrival_fd: int = -1
+        self.arrived: bool = False
 
     def close(self) -> None:
         """Close epoll; registered handles are cancelled."""
@@ -81,6 +85,29 @@ class EpollIO:
 
     def __len__(self) -> int:
         return len(self._registrations)
+
+    def watch_arrivals(self, fd: int) -> None:
+        """Set ``arrived`` when ``fd`` is readable (-1: stop); no handle runs.
+
+        For corun.observe's inspection socket, owned and read by another
+        thread: the loop learns from its own polls that a client came (see
+        ``LoopAccounting.client_arrived``). Level-triggered, until that thread
+        accepts the client. Callable from any thread.
+        """
+        old = self.arrival_fd
+        if old == fd:
+            return
+        self.arrival_fd = -1
+        if old >= 0 and old not in self._registrations:
+            try:
+                self._epoll.unregister(old)
+            except (OSError, ValueError):
+                pass  # closed meanwhile: the kernel dropped it
+        if fd >= 0:
+            if fd in self._registrations:
+                raise ValueError(f"fd {fd} is registered for a reader or writer")
+            self._epoll.register(fd, EPOLLIN)
+            self.arrival_fd = fd
 
     def get_reader(self, fd: int) -> Handle | None:
         """The reader registered for ``fd``, if any."""
@@ -219,6 +246,8 @@ class EpollIO:
         for fd, mask in events:
             registration = registrations.get(fd)
             if registration is None:
+                if fd == self.arrival_fd:
+                    self.arrived = True
                 continue
             if mask & _READ_EVENTS:
                 reader = registration.reader

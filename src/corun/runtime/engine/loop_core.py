@@ -124,10 +124,13 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
         # An empty poll is the loop's own bookkeeping, not a wait.
         if timeout != 0.0:
             accounting.io_wait_total += end - start
+        if loop._io.arrived:
+            loop._io.arrived = False
+            accounting.client_arrived(end)
         # A look waits while the serving thread takes turns: waiting on the
         # look's gate, the loop would miss the turn, and lose a slice of a walk.
         if end - accounting.turn_due >= accounting.turn_grace or (
-            end >= accounting.look_due and accounting.turn_gate is None
+            end >= accounting.look_due and accounting.turn_due > end
         ):
             accounting.hand_over(end)
     if instruments.after_io_wait:
@@ -746,6 +749,15 @@ class LoopCore(LoopBase):
         """Attach ``corun.observe``'s accounting (None detaches it)."""
         self._corun_accounting = accounting
         self._update_observed()
+
+    def _watch_arrivals(self, fd: int) -> None:
+        """Watch corun.observe's inspection socket ``fd`` in the loop's polls (-1: stop).
+
+        See ``LoopAccounting.client_arrived``. Callable from any thread; a
+        closed loop has nothing to watch with.
+        """
+        if not self._closed:
+            self._io.watch_arrivals(fd)
 
     # --- I/O readiness -------------------------------------------------------
 
