@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -618,3 +619,19 @@ def test_an_fd_with_a_reader_cannot_be_watched_for_arrivals(loop: corun.EventLoo
     finally:
         left.close()
         right.close()
+
+
+def test_observations_threads_are_named_for_the_os(loop: corun.EventLoop) -> None:
+    # top -H, ps -L and /proc show which thread is whose (and the overhead
+    # benchmark finds the answering thread's CPU time by its name).
+    from corun.observe.monitor import MONITOR
+
+    observe.enable(loop)
+    threads = {"corun-watchdog": MONITOR._thread, "corun-inspect": MONITOR.server._thread}
+    for name, thread in threads.items():
+        assert thread is not None and thread.native_id is not None
+        comm = Path(f"/proc/self/task/{thread.native_id}/comm")
+        deadline = time.monotonic() + 5.0
+        while comm.read_text().strip() != name and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert comm.read_text().strip() == name

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from corun.observe.protocol import logger
+from corun.observe.protocol import logger, name_this_thread
 from corun.runtime.engine.accounting import HANDOFF_TIMEOUT
 
 if TYPE_CHECKING:
@@ -146,6 +146,7 @@ class Monitor:
     # --- the thread --------------------------------------------------------------
 
     def _run(self) -> None:
+        name_this_thread("corun-watchdog")
         next_window = time.monotonic() + WINDOW
         while True:
             observers = self.observers()

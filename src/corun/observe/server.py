@@ -66,6 +66,7 @@ from corun.observe.protocol import (
     default_directory,
     ensure_directory,
     logger,
+    name_this_thread,
     socket_path,
 )
 
@@ -281,6 +282,7 @@ class InspectServer:
     # ------------------------------------------------------------------ the thread
 
     def _serve(self, listener: socket.socket, wake_r: int) -> None:
+        name_this_thread("corun-inspect")
         poller = select.poll()
         poller.register(listener, select.POLLIN)
         poller.register(wake_r, select.POLLIN)
