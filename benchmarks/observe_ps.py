@@ -53,14 +53,18 @@ def ask_child(src: Path, asks: int) -> dict[str, Any]:
             ready, floor = child.stdout.readline().split()
             assert ready == "ready"
             times = []
+            windows = []  # each answer's (start, end) on the monotonic clock, the child's too
             size = 0
             for _ in range(asks):
-                started = time.perf_counter()
+                started = time.monotonic()
                 size = len(request(child.pid, "ps"))
-                times.append((time.perf_counter() - started) * 1e3)
+                ended = time.monotonic()
+                times.append((ended - started) * 1e3)
+                windows.append((started, ended))
                 time.sleep(0.2)
             child.stdin.close()
             worst = float(child.stdout.readline())
+            gaps = json.loads(child.stdout.readline())
             child.wait(CHILD_TIMEOUT)
         finally:
             if previous is None:
@@ -70,7 +74,32 @@ def ask_child(src: Path, asks: int) -> dict[str, Any]:
             if child.poll() is None:
                 child.kill()
                 child.wait()
-    return {"ps_ms": times, "worst_gap_ms": worst, "floor_ms": float(floor), "bytes": size}
+    during, outside = split_gaps(gaps, windows)
+    return {
+        "ps_ms": times,
+        "worst_gap_ms": worst,
+        "worst_during_ms": max(during, default=0.0),
+        "worst_outside_ms": max(outside, default=0.0),
+        "floor_ms": float(floor),
+        "bytes": size,
+    }
+
+
+def split_gaps(
+    gaps: list[list[float]], windows: list[tuple[float, float]]
+) -> tuple[list[float], list[float]]:
+    """The ticker's gaps (``[end, ms]``) that overlap an answer, and the others.
+
+    The others are the same minutes' noise floor: a gap while nothing was
+    asked is the machine's (or the child's own), not the answer's.
+    """
+    during: list[float] = []
+    outside: list[float] = []
+    for end, gap_ms in gaps:
+        start = end - gap_ms / 1e3 - 0.001  # the tick before the gap
+        overlaps = any(start < w_end and end > w_start for w_start, w_end in windows)
+        (during if overlaps else outside).append(gap_ms)
+    return during, outside
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -82,6 +111,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "ps_min_ms": min(times),
         "ps_max_ms": max(times),
         "worst_gaps_ms": sorted(run["worst_gap_ms"] for run in runs),
+        "worst_during_ms": sorted(run["worst_during_ms"] for run in runs),
+        "worst_outside_ms": sorted(run["worst_outside_ms"] for run in runs),
         "floors_ms": sorted(run["floor_ms"] for run in runs),
         "bytes": runs[-1]["bytes"],
     }
@@ -92,16 +123,27 @@ def markdown(rows: dict[str, dict[str, Any]], date: str, baseline: Path | None) 
     if baseline is not None:
         lines += [f"baseline: the corun in `{baseline}`, child by child with this one.", ""]
     lines += [
-        "| code | answers | median ms | min | max | worst loop gap per child, ms | idle floor per child, ms |",
-        "|---|--:|--:|--:|--:|---|---|",
+        "| code | answers | median ms | min | max | worst loop gap per child, ms "
+        "| of which during answers | outside answers | idle floor per child, ms |",
+        "|---|--:|--:|--:|--:|---|---|---|---|",
     ]
+
+    def listed(values: list[float]) -> str:
+        return ", ".join(f"{value:.1f}" for value in values)
+
     for name, row in rows.items():
-        gaps = ", ".join(f"{g:.1f}" for g in row["worst_gaps_ms"])
-        floors = ", ".join(f"{f:.1f}" for f in row["floors_ms"])
         lines.append(
             f"| {name} | {row['answers']} | {row['ps_median_ms']:.0f} | {row['ps_min_ms']:.0f} "
-            f"| {row['ps_max_ms']:.0f} | {gaps} | {floors} |"
+            f"| {row['ps_max_ms']:.0f} | {listed(row['worst_gaps_ms'])} "
+            f"| {listed(row['worst_during_ms'])} | {listed(row['worst_outside_ms'])} "
+            f"| {listed(row['floors_ms'])} |"
         )
+    lines += [
+        "",
+        "Gaps are the child's 1 ms ticker's lateness. During answers: gaps that overlap "
+        "an answer; outside: the others of the same minutes (the machine's noise), "
+        "besides the idle floor, the worst gap of an idle second before the first answer.",
+    ]
     return "\n".join(lines) + "\n"
 
 

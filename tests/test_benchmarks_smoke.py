@@ -89,6 +89,8 @@ def test_observe_ps_writes_its_table(tmp_path: Path) -> None:
     assert row["answers"] == 1 and row["ps_median_ms"] > 0
     assert row["bytes"] > 1_000_000  # 10,000 tasks, each with its stack
     assert len(row["worst_gaps_ms"]) == len(row["floors_ms"]) == 1
+    # Every gap is either during the answer or outside it, and the worst is one of them.
+    assert row["worst_gaps_ms"][0] >= max(row["worst_during_ms"][0], row["worst_outside_ms"][0])
     assert "| this | 1 |" in (tmp_path / "observe_ps.md").read_text()
 
 
