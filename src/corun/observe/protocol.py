@@ -56,6 +56,7 @@ and nothing is evaluated. By hand::
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import stat
@@ -168,12 +169,17 @@ def ensure_directory(path: str) -> None:
 def name_this_thread(name: str) -> None:
     """Give the calling thread ``name`` in the OS too (``top -H``, ``ps -L``, ``/proc``).
 
-    Python 3.11 names threads for itself only. Linux lets a thread rename
-    itself through ``/proc/thread-self/comm`` (15 bytes at most); elsewhere
-    this does nothing.
+    Python 3.11 names threads for itself only. On Linux, ``prctl(PR_SET_NAME)``
+    names the calling thread (15 bytes at most), without opening a file: a
+    thread that starts while the program opens its own fds must not take
+    one. Elsewhere this does nothing.
     """
     try:
-        with open("/proc/thread-self/comm", "w") as comm:
-            comm.write(name[:15])
-    except OSError:
+        libc = ctypes.CDLL(None)  # the process itself: no file is opened
+        libc.prctl(_PR_SET_NAME, name.encode("ascii", "replace")[:15], 0, 0, 0)
+    except (OSError, AttributeError):
         pass
+
+
+#: prctl's option that sets the calling thread's name (linux/prctl.h).
+_PR_SET_NAME: Final = 15
