@@ -78,7 +78,7 @@ def ps_pieces(observers: Sequence[Observer]) -> list[str]:
     as they are, so that no single step holds the GIL for long: encoding a
     10,000-task document at once, or joining its 2 MB, would stall the
     observed loop for milliseconds. A task's text is put together here, not
-    by ``json``: its stack lines come encoded already (``waits.ps_view``),
+    by ``json``: its stack lines come encoded already (``waits.task_view``),
     and dicts for ``json`` to take apart again cost a third of the answer.
     """
     summaries = []
@@ -100,7 +100,7 @@ def ps_pieces(observers: Sequence[Observer]) -> list[str]:
             batch.append(
                 f'{{"id":{ident},"name":{_string(name)},'
                 f'"parent":{"null" if parent is None else parent},"state":"{state}",'
-                f'"waiting_on":{_string(waits)},"stack":{stack}}}'
+                f'"waiting_on":{_string(waits)},"stack":[{",".join(stack)}]}}'
             )
             if len(batch) == 32:  # one piece per 32 tasks: a few KiB
                 encoded.append(",".join(batch))

@@ -15,20 +15,12 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from types import FrameType
 from typing import Any, Final
 
 from corun.observe.histogram import LatencyHistogram
 from corun.observe.protocol import logger
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
-from corun.observe.waits import (
-    chain_frames,
-    ps_view,
-    task_stack,
-    thread_stack,
-    unreadable,
-    waiting_on,
-)
+from corun.observe.waits import task_view, thread_stack
 from corun.runtime.engine.accounting import KIND_NAMES, NOTE, STALL, SUMMARY, LoopAccounting
 from corun.runtime.engine.task_core import (
     STATE_NAMES,
@@ -101,7 +93,7 @@ def _pauses_done() -> None:
 TaskRow = tuple[
     int, str, int | None, str, int, float, float, float, float, float, str, tuple[str, ...]
 ]
-PsRow = tuple[int, str, int | None, str, str, str]
+PsRow = tuple[int, str, int | None, str, str, list[str]]
 
 
 class ObserveError(Exception):
@@ -306,8 +298,8 @@ class Observer:
                 stack: tuple[str, ...] = ()
                 waits = ""
                 if stacks:
-                    frames, waits = _chain_and_wait(task, waiter, now)
-                    stack = tuple(task_stack(frames))
+                    waits, lines = task_view(task, waiter, now)
+                    stack = tuple(lines)
                 yield (
                     ident or id(task),
                     task.get_name(),
@@ -326,8 +318,8 @@ class Observer:
     def ps_rows(self) -> Iterator[PsRow]:
         """Each live task as ``corun ps`` lists it, paced as ``walk`` is.
 
-        ``(id, name, parent, state, waiting_on, stack)``, the stack as JSON
-        text (``waits.ps_view``). No counters: ``ps`` shows none.
+        ``(id, name, parent, state, waiting_on, stack)``, each line of the
+        stack as JSON text (``waits.task_view``). No counters: ``ps`` shows none.
         """
         step_task = self.accounting.step_task
         now = self._loop_time()
@@ -337,7 +329,7 @@ class Observer:
                     ident, parent, waiter = task._corun_id, task._corun_parent, task._fut_waiter
                 else:
                     ident, parent, waiter = 0, 0, None
-                waits, stack = ps_view(task, waiter, now)
+                waits, stack = task_view(task, waiter, now, as_json=True)
                 yield (
                     ident or id(task),
                     task.get_name(),
@@ -647,22 +639,6 @@ class Observer:
     def note(self, text: str) -> None:
         """Write a note to the flight recorder (an observer part that failed, say)."""
         self.accounting.recorder.add(NOTE, 0, 0, text)
-
-
-def _chain_and_wait(task: Any, waiter: Any, now: float) -> tuple[list[FrameType], str]:
-    """A task's await chain (``chain_frames``) and what it waits on.
-
-    A task that changes under a reader in another thread can make either
-    unreadable: the answer says so, and the walk goes on.
-    """
-    try:
-        frames = chain_frames(task.get_coro())
-    except Exception as exc:
-        return [], unreadable(exc)
-    try:
-        return frames, waiting_on(task, now, frames) if waiter is not None else ""
-    except Exception as exc:
-        return frames, unreadable(exc)
 
 
 def _state(task: Any, step_task: Any, waiter: Any) -> str:

@@ -136,39 +136,33 @@ def chain_frames(coro: Any) -> list[FrameType]:
     return frames
 
 
-def task_stack(frames: list[FrameType]) -> list[str]:
-    """A task's stack from ``chain_frames``, as ``file:line function`` strings, innermost last."""
-    return [_location(frame) for frame in frames[-MAX_FRAMES:]]
+def task_view(
+    task: Any, waiter: Any, loop_time: float, *, as_json: bool = False
+) -> tuple[str, list[str]]:
+    """What ``task`` waits on ("" when it is ready to run), and its stack, from one pass over its await chain.
 
-
-def ps_view(task: Any, waiter: Any, loop_time: float) -> tuple[str, str]:
-    """What ``task`` waits on, and its stack as JSON text, from one pass over its await chain.
-
-    For ``corun ps`` of many tasks: the same as ``waiting_on`` and
-    ``task_stack`` (encoded), in a third of the time. Each location's JSON is
-    kept with it, so a walk of 10,000 tasks encodes a few hundred strings,
-    not tens of thousands. ``waiter`` is the future the task waits on (None:
-    it is ready). A task that changes under a reader in another thread can
-    be unreadable: the wait says so.
+    The stack is ``file:line function`` strings, innermost last, or with
+    ``as_json`` each of them as JSON text: ``corun ps`` of 10,000 tasks then
+    encodes a few hundred strings, not tens of thousands, as each
+    location's JSON is kept with it. ``waiter`` is the future the task
+    waits on (None: it is ready); ``loop_time`` is the loop's clock now, to
+    turn a sleep's deadline into the time left. A task that changes under a
+    reader in another thread can be unreadable: the wait says so.
     """
+    field = 1 if as_json else 0
     stack: list[str] = []
     try:
         inner: FrameType | None = None
         kind = ""
         for frame in chain_frames(task.get_coro())[-MAX_FRAMES:]:
-            _text, text_json, frame_kind = _located(frame)
-            stack.append(text_json)
-            if frame_kind:
-                inner, kind = frame, frame_kind
+            location = _located(frame)
+            stack.append(location[field])
+            if location[2]:  # the innermost frame that says what it waits on wins
+                inner, kind = frame, location[2]
         waits = "" if waiter is None else _wait_text(waiter, kind, inner, loop_time)
     except Exception as exc:
-        waits = unreadable(exc)
-    return waits, "[" + ",".join(stack) + "]"
-
-
-def unreadable(exc: Exception) -> str:
-    """The wait of a task whose await chain could not be read."""
-    return f"(unreadable: {type(exc).__name__})"
+        waits = f"(unreadable: {type(exc).__name__})"
+    return waits, stack
 
 
 def thread_stack(frame: FrameType | None) -> list[str]:
@@ -179,27 +173,6 @@ def thread_stack(frame: FrameType | None) -> list[str]:
         frame = frame.f_back
     lines.reverse()
     return lines[-MAX_FRAMES:]
-
-
-def waiting_on(task: Any, loop_time: float, frames: list[FrameType] | None = None) -> str:
-    """A short description of what ``task`` waits for ("" when it is ready to run).
-
-    ``loop_time`` is the loop's clock now, to turn a sleep's deadline into
-    the time left. ``frames`` (``chain_frames`` of its coroutine) saves
-    walking the await chain again.
-    """
-    waiter = getattr(task, "_fut_waiter", None)
-    if waiter is None:
-        return ""
-    if frames is None:
-        frames = chain_frames(task.get_coro())
-    inner: FrameType | None = None
-    kind = ""
-    for frame in frames[-MAX_FRAMES:]:  # the innermost frame that says wins
-        frame_kind = _located(frame)[2]
-        if frame_kind:
-            inner, kind = frame, frame_kind
-    return _wait_text(waiter, kind, inner, loop_time)
 
 
 def _wait_text(waiter: Any, kind: str, frame: FrameType | None, loop_time: float) -> str:

@@ -129,6 +129,7 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
             accounting.client_arrived(end)
         # A look waits while the serving thread takes turns: waiting on the
         # look's gate, the loop would miss the turn, and lose a slice of a walk.
+        # (A turn not yet due, the serving thread's wait for a client, is none.)
         if end - accounting.turn_due >= accounting.turn_grace or (
             end >= accounting.look_due and accounting.turn_due > end
         ):
