@@ -100,6 +100,8 @@ bench-observe: install
 	$(VPY) -m benchmarks.observe_instructions $(OBSERVE_ARGS)
 	$(VPY) -m benchmarks.observe_overhead $(OBSERVE_ARGS)
 	$(VPY) -m benchmarks.observe_modes
+	for case in echo/protocol/1KiB/c10 echo/streams/1KiB/c10 http/c100; do \
+		$(VPY) -m benchmarks.observe_modes --network $$case --repeat 150 || exit 1; done
 	$(VPY) -m benchmarks.observe_ps
 
 # Other libraries' own test suites on asyncio's loop and on corun's, with a table of

@@ -375,16 +375,21 @@ def parse_wrk(output: str) -> dict[str, Any]:
     }
 
 
-async def _http_main(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> dict[str, Any]:
+async def start_http_server(handler: Any = None) -> tuple[Any, int]:
+    """An aiohttp app answering ``GET /`` with ``handler`` (default: hello world); its runner and port."""
     from aiohttp import web
 
     app = web.Application()
-    app.router.add_get("/", _hello)
+    app.router.add_get("/", handler or _hello)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
     await site.start()
-    port = int(runner.addresses[0][1])
+    return runner, int(runner.addresses[0][1])
+
+
+async def _http_main(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> dict[str, Any]:
+    runner, port = await start_http_server()
     conns, duration, warmup = int(params["conns"]), int(params["duration"]), int(params["warmup"])
     client: list[str] = list(params["client_cmd"])
     tool = str(params["client_tool"])

@@ -1,6 +1,7 @@
 """Where observation's per-step cost comes from: its parts, interleaved in one process.
 
     .venv/bin/python -m benchmarks.observe_modes [--steps N] [--repeat R] [--out DIR]
+    .venv/bin/python -m benchmarks.observe_modes --network CASE [--repeat R] [--out DIR]
 
 ``observe_overhead`` compares fresh processes, whose wall clock differs by
 10 to 30% from one to the next on a shared machine. Here the modes take turns
@@ -19,14 +20,27 @@ workload (10 tasks x ``await asyncio.sleep(0)``):
 For each: ns per step (median and fastest) and the voluntary context
 switches per second of the process's other threads. Results go to
 ``benchmarks/results/observe_modes.{json,md}``.
+
+With ``--network CASE`` (``echo/protocol/1KiB/c10``, ``echo/streams/1KiB/c10``,
+``http/c100``), the modes ``off``, ``accounting`` and ``on`` take turns serving
+that workload of ``make bench`` under the C load generator, each on a new loop
+in this process, and the figure is the server's CPU time per request (all its
+threads: the watchdog and the serving thread count). Requests per second move
+with whatever else the host runs; CPU per request much less, and the modes'
+turns of a few seconds each share the host's state. Each round's ``on`` and
+``accounting`` are also divided by the same round's ``off``, and the median of
+those ratios is reported. Results go to
+``benchmarks/results/observe_modes_network.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
+import random
 import statistics
 import threading
 import time
@@ -37,12 +51,19 @@ from typing import Any
 
 import corun
 import corun.observe as observe
+from benchmarks import net
+from benchmarks.tools import choose_clients
 from corun.observe.monitor import MONITOR
 from corun.runtime.engine.accounting import LoopAccounting
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = 10
 MODES = ("off", "accounting", "on", "on, no hand-over")
+NETWORK_MODES = ("off", "accounting", "on")
+NETWORK_CASES = ("echo/protocol/1KiB/c10", "echo/streams/1KiB/c10", "http/c100")
+#: Seconds of each mode's window in --network, and before it (a mode's start-up).
+WINDOW = 0.5
+SETTLE = 0.05
 
 
 async def _steps(n: int) -> None:
@@ -84,8 +105,9 @@ def _no_hand_over() -> Iterator[None]:
             delattr(MONITOR, name)
 
 
-def _run(mode: str, steps: int) -> tuple[float, float, float]:
-    """ns per step, other threads' wakes a second, and the share of time spent handing over."""
+@contextmanager
+def _loop_in(mode: str) -> Iterator[Any]:
+    """A new corun loop observed as ``mode`` says; closed (and its observer) on exit."""
     loop = corun.new_event_loop()
     from_environment = observe.observer_of(loop)  # CORUN_OBSERVE=1: each mode sets its own
     if from_environment is not None:
@@ -96,6 +118,16 @@ def _run(mode: str, steps: int) -> tuple[float, float, float]:
             loop._set_accounting(LoopAccounting(loop._clock, 0.1))
         elif mode.startswith("on"):
             observer = observe.enable(loop)
+        yield loop
+    finally:
+        if observer is not None:
+            observer.close()
+        loop.close()
+
+
+def _run(mode: str, steps: int) -> tuple[float, float, float]:
+    """ns per step, other threads' wakes a second, and the share of time spent handing over."""
+    with _loop_in(mode) as loop:
         loop.run_until_complete(_steps(steps // 10))  # warm up, and the threads start
         accounting = loop._corun_accounting
         waited = accounting.hand_over_seconds if accounting is not None else 0.0
@@ -107,18 +139,199 @@ def _run(mode: str, steps: int) -> tuple[float, float, float]:
         if accounting is not None:
             waited = accounting.hand_over_seconds - waited
         return elapsed / steps * 1e9, rate, waited / elapsed
+
+
+class _CountingEcho(net.EchoProtocol):
+    """``make bench``'s echo protocol, counting the bytes it echoes."""
+
+    def data_received(self, data: bytes) -> None:
+        _SERVED[0] += len(data)
+        self.transport.write(data)  # type: ignore[union-attr]
+
+
+async def _counting_stream_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """``make bench``'s stream echo, counting the bytes it echoes."""
+    try:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            _SERVED[0] += len(data)
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
     finally:
-        if observer is not None:
-            observer.close()
+        writer.close()
+
+
+async def _hello(request: Any) -> Any:
+    from aiohttp import web
+
+    _SERVED[0] += 1
+    return web.Response(text="Hello, World!")
+
+
+#: What the server under test has served so far: bytes echoed, or HTTP requests.
+_SERVED = [0]
+
+
+class _Modes:
+    """Switches the serving loop's observation between the modes, window by window."""
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+        self.observer: Any = None
+
+    def set(self, mode: str) -> None:
+        if mode == "accounting":
+            self.loop._set_accounting(LoopAccounting(self.loop._clock, 0.1))
+        elif mode == "on":
+            self.observer = observe.enable(self.loop)
+
+    def unset(self, mode: str) -> None:
+        if mode == "accounting":
+            self.loop._set_accounting(None)
+        elif mode == "on":
+            self.observer.close()
+            self.observer = None
+
+
+async def _serve_toggled(
+    loop: Any, case_id: str, client_cmd: list[str], rounds: int, window: float
+) -> dict[str, list[float]]:
+    """Serve ``case_id`` under one load generator run; its modes take turns, a window each."""
+    per_request = 1 if case_id.startswith("http") else 1024
+    runner: Any = None
+    server: Any = None
+    if case_id.startswith("http"):
+        runner, port = await net.start_http_server(_hello)
+        mode_args, conns = ["--mode", "http", "--size", "1"], "100"
+    else:
+        if "protocol" in case_id:
+            server = await loop.create_server(_CountingEcho, "127.0.0.1", 0, backlog=1024)
+        else:
+            server = await asyncio.start_server(_counting_stream_echo, "127.0.0.1", 0)
+        port = int(server.sockets[0].getsockname()[1])
+        await net._settle(loop, port, 1024)
+        mode_args, conns = ["--mode", "echo", "--size", "1024"], "10"
+    cmd = [*client_cmd, *mode_args, "--host", "127.0.0.1", "--port", str(port)]
+    # Longer than the rounds take: it is stopped when they are done.
+    cmd += ["--conns", conns, "--warmup", "0", "--duration", "3600"]
+    client = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.DEVNULL)
+    cpu: dict[str, list[float]] = {mode: [] for mode in NETWORK_MODES}
+    modes = _Modes(loop)
+    try:
+        await asyncio.sleep(1.0)  # the connections made, the server warm
+        for round_ in range(rounds):
+            # Each mode goes first in turn: a drift of the host falls on all of them.
+            turn = round_ % len(NETWORK_MODES)
+            for mode in NETWORK_MODES[turn:] + NETWORK_MODES[:turn]:
+                modes.set(mode)
+                try:
+                    # Every window starts from a full collection: a mode's set-up
+                    # makes thousands of objects (the histograms' counters), and
+                    # the collections they bring on would fall in its windows.
+                    gc.collect()
+                    await asyncio.sleep(SETTLE)  # a thread started, a first look taken
+                    served, used = _SERVED[0], time.process_time()
+                    await asyncio.sleep(window)
+                    requests = (_SERVED[0] - served) / per_request
+                    if not requests:
+                        raise RuntimeError("no request served in a window: the client stopped")
+                    cpu[mode].append((time.process_time() - used) / requests * 1e6)
+                finally:
+                    modes.unset(mode)
+    finally:
+        if client.returncode is None:
+            client.terminate()
+        await client.wait()
+        if runner is not None:
+            await runner.cleanup()
+        if server is not None:
+            server.close()
+    return cpu
+
+
+def _median_interval(values: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """A 95% bootstrap interval of the median of ``values`` (seeded: the same every run)."""
+    pick = random.Random(1)
+    medians = sorted(
+        statistics.median(pick.choices(values, k=len(values))) for _ in range(resamples)
+    )
+    return medians[int(resamples * 0.025)], medians[int(resamples * 0.975) - 1]
+
+
+def network(case_id: str, rounds: int, out: Path) -> int:
+    """Interleave the modes serving ``case_id``; write the network report."""
+    if case_id not in NETWORK_CASES:
+        raise SystemExit(f"--network: one of {', '.join(NETWORK_CASES)}")
+    # The C load generator for HTTP too (not wrk): one client, stopped when the rounds end.
+    client, _ = choose_clients("c", "c")
+    loop = corun.new_event_loop()
+    from_environment = observe.observer_of(loop)
+    if from_environment is not None:
+        from_environment.close()
+    try:
+        cpu = loop.run_until_complete(
+            _serve_toggled(loop, case_id, list(client.cmd), rounds, WINDOW)
+        )
+    finally:
         loop.close()
+    rows: list[dict[str, Any]] = []
+    off = statistics.median(cpu["off"])
+    for mode in NETWORK_MODES:
+        ratios = [a / b for a, b in zip(cpu[mode], cpu["off"], strict=True)]
+        low, high = _median_interval(ratios)
+        rows.append(
+            {
+                "mode": mode,
+                "server_cpu_us_median": statistics.median(cpu[mode]),
+                "vs_off_medians": statistics.median(cpu[mode]) / off - 1,
+                "vs_off_paired": statistics.median(ratios) - 1,
+                "vs_off_paired_95": [low - 1, high - 1],
+                "server_cpu_us": cpu[mode],
+            }
+        )
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [
+        f"{case_id}: one server under one run of the C load generator; its observation "
+        f"switched between the modes every {WINDOW:g} s, {rounds} rounds ({stamp}; load "
+        f"average {os.getloadavg()[0]:.1f}):",
+        "",
+        "| mode | server CPU per request (median) | vs off (medians) | vs off (median of "
+        "rounds) | its 95% interval |",
+        "|---|--:|--:|--:|--:|",
+    ]
+    for row in rows:
+        low, high = row["vs_off_paired_95"]
+        lines.append(
+            f"| {row['mode']} | {row['server_cpu_us_median']:.2f} µs | "
+            f"{row['vs_off_medians']:+.1%} | {row['vs_off_paired']:+.1%} | "
+            f"{low:+.1%} to {high:+.1%} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    name = "observe_modes_network"
+    document: dict[str, Any] = {}
+    if (out / f"{name}.json").exists():
+        document = json.loads((out / f"{name}.json").read_text())
+    document[case_id] = {"date": stamp, "rounds": rounds, "rows": rows, "table": text}
+    (out / f"{name}.json").write_text(json.dumps(document, indent=1) + "\n")
+    (out / f"{name}.md").write_text("\n".join(document[c]["table"] for c in sorted(document)))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=300_000)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--network", metavar="CASE", default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
+    if args.network:
+        return network(args.network, args.repeat, args.out)
     ns: dict[str, list[float]] = {mode: [] for mode in MODES}
     wakes: dict[str, list[float]] = {mode: [] for mode in MODES}
     handing: dict[str, list[float]] = {mode: [] for mode in MODES}

@@ -73,6 +73,29 @@ def test_observe_modes_writes_its_table(tmp_path: Path) -> None:
     assert "| on, no hand-over |" in (tmp_path / "observe_modes.md").read_text()
 
 
+def test_observe_modes_network_switches_the_modes_under_one_load(tmp_path: Path) -> None:
+    _run_module(
+        "benchmarks.observe_modes",
+        "--network",
+        "echo/protocol/1KiB/c10",
+        "--repeat",
+        "2",
+        "--out",
+        str(tmp_path),
+        timeout=120,
+    )
+    data = json.loads((tmp_path / "observe_modes_network.json").read_text())
+    rows = data["echo/protocol/1KiB/c10"]["rows"]
+    assert [row["mode"] for row in rows] == ["off", "accounting", "on"]
+    for row in rows:
+        # One window per round, each a real count of requests served.
+        assert len(row["server_cpu_us"]) == 2 and all(v > 0 for v in row["server_cpu_us"])
+        low, high = row["vs_off_paired_95"]
+        assert low <= row["vs_off_paired"] <= high
+    assert rows[0]["vs_off_paired"] == 0
+    assert "| on |" in (tmp_path / "observe_modes_network.md").read_text()
+
+
 def test_observe_ps_writes_its_table(tmp_path: Path) -> None:
     _run_module(
         "benchmarks.observe_ps",
