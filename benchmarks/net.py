@@ -55,12 +55,17 @@ class EchoProtocol(asyncio.Protocol):
         self.transport = None
 
 
-async def _stream_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _stream_echo(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, served: list[int] | None = None
+) -> None:
+    """Writes back whatever it reads; counts the bytes in ``served[0]`` if given."""
     try:
         while True:
             data = await reader.read(_READ_SIZE)
             if not data:
                 break
+            if served is not None:
+                served[0] += len(data)
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import os
@@ -63,6 +64,8 @@ NETWORK_MODES = ("off", "accounting", "on")
 NETWORK_CASES = ("echo/protocol/1KiB/c10", "echo/streams/1KiB/c10", "http/c100")
 #: Seconds of each mode's window in --network, and before it (a mode's start-up).
 WINDOW = 0.5
+#: Bytes of each echo message (the cases' 1 KiB).
+ECHO_SIZE = 1024
 SETTLE = 0.05
 
 
@@ -146,30 +149,13 @@ class _CountingEcho(net.EchoProtocol):
 
     def data_received(self, data: bytes) -> None:
         _SERVED[0] += len(data)
-        self.transport.write(data)  # type: ignore[union-attr]
+        super().data_received(data)
 
 
-async def _counting_stream_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """``make bench``'s stream echo, counting the bytes it echoes."""
-    try:
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                break
-            _SERVED[0] += len(data)
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        writer.close()
-
-
-async def _hello(request: Any) -> Any:
-    from aiohttp import web
-
+async def _counting_hello(request: Any) -> Any:
+    """``make bench``'s HTTP handler, counting the requests."""
     _SERVED[0] += 1
-    return web.Response(text="Hello, World!")
+    return await net._hello(request)
 
 
 #: What the server under test has served so far: bytes echoed, or HTTP requests.
@@ -201,20 +187,22 @@ async def _serve_toggled(
     loop: Any, case_id: str, client_cmd: list[str], rounds: int, window: float
 ) -> dict[str, list[float]]:
     """Serve ``case_id`` under one load generator run; its modes take turns, a window each."""
-    per_request = 1 if case_id.startswith("http") else 1024
+    # What one request is in _SERVED: a request, or the bytes of an echoed message.
+    per_request = 1 if case_id.startswith("http") else ECHO_SIZE
     runner: Any = None
     server: Any = None
     if case_id.startswith("http"):
-        runner, port = await net.start_http_server(_hello)
+        runner, port = await net.start_http_server(_counting_hello)
         mode_args, conns = ["--mode", "http", "--size", "1"], "100"
     else:
         if "protocol" in case_id:
             server = await loop.create_server(_CountingEcho, "127.0.0.1", 0, backlog=1024)
         else:
-            server = await asyncio.start_server(_counting_stream_echo, "127.0.0.1", 0)
+            echo = functools.partial(net._stream_echo, served=_SERVED)
+            server = await asyncio.start_server(echo, "127.0.0.1", 0, backlog=1024)
         port = int(server.sockets[0].getsockname()[1])
-        await net._settle(loop, port, 1024)
-        mode_args, conns = ["--mode", "echo", "--size", "1024"], "10"
+        await net._settle(loop, port, ECHO_SIZE)
+        mode_args, conns = ["--mode", "echo", "--size", str(ECHO_SIZE)], "10"
     cmd = [*client_cmd, *mode_args, "--host", "127.0.0.1", "--port", str(port)]
     # Longer than the rounds take: it is stopped when they are done.
     cmd += ["--conns", conns, "--warmup", "0", "--duration", "3600"]
