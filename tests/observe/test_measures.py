@@ -527,7 +527,7 @@ def test_the_loop_runs_between_the_slices_of_a_walk_off_its_thread(
 
         tick = asyncio.create_task(ticker())
         await asyncio.sleep(0.05)
-        pieces: list[list[str]] = []
+        pieces: list[list[bytes]] = []
         walk = threading.Thread(target=lambda: pieces.append(answers.ps_pieces([observer])))
         start = len(ticks)
         walk.start()
@@ -538,7 +538,7 @@ def test_the_loop_runs_between_the_slices_of_a_walk_off_its_thread(
         await tick
         event.set()
         await asyncio.gather(*waiters)
-        document = json.loads("".join(pieces[0]))
+        document = json.loads(b"".join(pieces[0]))
         return ticks[start:end], len(document["tasks"])
 
     ticks, tasks = loop.run_until_complete(main())

@@ -292,6 +292,7 @@ def test_error_answers(
         "big": lambda: "é" * 6,
         "notstr": lambda: b"x",  # type: ignore[dict-item,return-value]
         "pieces": lambda: ["{", '"a":1', "}"],  # type: ignore[dict-item,return-value]
+        "bytepieces": lambda: [b"{", b'"a":1', b"}"],  # type: ignore[dict-item,return-value]
         "badpiece": lambda: ["{", 1, "}"],  # type: ignore[dict-item,return-value,list-item]
         "bigpieces": lambda: ["é" * 3, "é" * 3],  # type: ignore[dict-item,return-value]
     }
@@ -299,7 +300,8 @@ def test_error_answers(
     assert server.path is not None
     assert (
         ask(server.path, b"top\n")
-        == b"error unknown request 'top'; known: badpiece, big, bigpieces, boom, notstr, pieces, ps\n"
+        == b"error unknown request 'top'; known: badpiece, big, bigpieces, boom, bytepieces, notstr, "
+        b"pieces, ps\n"
     )
     assert ask(server.path, b"boom\n") == (
         b"error the boom handler failed: RuntimeError: broke over two lines\n"
@@ -310,8 +312,9 @@ def test_error_answers(
     )
     # An answer in pieces is sent as one, its length their sum, and checked as one.
     assert ask(server.path, b"pieces\n") == b'ok 7\n{"a":1}'
+    assert ask(server.path, b"bytepieces\n") == b'ok 7\n{"a":1}'  # encoded by the handler
     assert ask(server.path, b"badpiece\n") == (
-        b"error the badpiece handler failed: TypeError: returned a piece of int, not str\n"
+        b"error the badpiece handler failed: TypeError: returned a piece of int, not str or bytes\n"
     )
     assert ask(server.path, b"bigpieces\n") == (
         b"error the bigpieces answer is 12 bytes, over the limit of 11\n"

@@ -32,6 +32,7 @@ from corun.observe.observer import (
     MIN_STALL_THRESHOLD,
     ObserveError,
     Observer,
+    pause,
 )
 from corun.observe.protocol import logger
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
@@ -127,6 +128,7 @@ def _serve() -> None:
             turn=MONITOR.turn,
             turns_done=MONITOR.turns_done,
             waiting=MONITOR.wait_for_client,
+            pause=pause,
         )
         path = server.start()
     except Exception as exc:

@@ -71,18 +71,20 @@ def stall_document(stall: Stall) -> dict[str, Any]:
     }
 
 
-def ps_pieces(observers: Sequence[Observer]) -> list[str]:
-    """The ``ps`` answer, as pieces of JSON text that make one document in order.
+def ps_pieces(observers: Sequence[Observer]) -> list[bytes]:
+    """The ``ps`` answer, as pieces of UTF-8 JSON that make one document in order.
 
-    Each batch of tasks is encoded as it is walked, and the pieces are sent
+    Each batch of tasks is encoded, to bytes and with the comma before it,
+    as it is walked (the walk pauses for the loop), and the pieces are sent
     as they are, so that no single step holds the GIL for long: encoding a
-    10,000-task document at once, or joining its 2 MB, would stall the
-    observed loop for milliseconds. A task's text is put together here, not
+    10,000-task document at once, joining its 2 MB, or even copying each
+    piece once more after the walk, would stall the observed loop for
+    milliseconds. A task's text is put together here, not
     by ``json``: its stack lines come encoded already (``waits.task_view``),
     and dicts for ``json`` to take apart again cost a third of the answer.
     """
     summaries = []
-    encoded: list[str] = []
+    encoded: list[bytes] = []
     blocking: dict[str, Any] | None = None
     for observer in observers:
         # Blocked? Read it first: the answer is about the loop as it was asked.
@@ -103,10 +105,10 @@ def ps_pieces(observers: Sequence[Observer]) -> list[str]:
                 f'"waiting_on":{_string(waits)},"stack":[{",".join(stack)}]}}'
             )
             if len(batch) == 32:  # one piece per 32 tasks: a few KiB
-                encoded.append(",".join(batch))
+                encoded.append(_piece(batch, first=not encoded))
                 batch.clear()
         if batch:
-            encoded.append(",".join(batch))
+            encoded.append(_piece(batch, first=not encoded))
         summaries.append(observer.summary(states=states))
     head = {
         "pid": os.getpid(),
@@ -115,11 +117,13 @@ def ps_pieces(observers: Sequence[Observer]) -> list[str]:
         "blocking": blocking,
         "loop": loop_document(summaries),
     }
-    pieces = [encode(head)[:-1] + ',"tasks":[']
-    for index, batch_text in enumerate(encoded):
-        pieces.append(batch_text if index == 0 else "," + batch_text)
-    pieces.append("]}")
-    return pieces
+    return [(encode(head)[:-1] + ',"tasks":[').encode(), *encoded, b"]}"]
+
+
+def _piece(tasks: list[str], *, first: bool) -> bytes:
+    """Tasks' JSON objects as one piece of the ``tasks`` array (after a comma unless ``first``)."""
+    text = ",".join(tasks)
+    return (text if first else "," + text).encode()
 
 
 def top(observers: Sequence[Observer], rows: int = TOP_ROWS) -> dict[str, Any]:

@@ -53,7 +53,7 @@ class _Pauses:
 
     A thread that only yields the GIL takes it straight back; a short sleep
     lets the loop's thread have it, and the loop hands it back at its next
-    poll (``_pause``). Checked after each slice of the walk, by the clock, so
+    poll (``pause``). Checked after each slice of the walk, by the clock, so
     that a slow machine pauses as often as a fast one.
     """
 
@@ -68,13 +68,19 @@ class _Pauses:
         if self._off_loop:
             now = time.perf_counter()
             if now - self._since >= CHUNK_SECONDS:
-                _pause()
+                pause()
                 self.paused = True
                 self._since = time.perf_counter()
 
 
-def _pause() -> None:
-    """Let the loop run a batch of handles, then take the GIL back (off the loop's thread only)."""
+def pause() -> None:
+    """Let the loop run a batch of handles, then take the GIL back (off the loop's thread only).
+
+    For any long piece of work off the loop's thread: a walk, sending a big
+    answer. Releasing the GIL for a system call is not enough: the thread
+    takes it straight back, and a loop waiting for it gets it only when the
+    interpreter forces a switch, 5 ms later.
+    """
     from corun.observe.monitor import MONITOR
 
     # The loop waits for the next pause at its next poll: waiting for the GIL
@@ -267,20 +273,17 @@ class Observer:
         outlive the young generations and bring on a full collection, which
         holds every thread up for tens of milliseconds with this many tasks.
         """
-        pause = _Pauses(
-            off_loop=self._off_loop()
-        )  # reading the registry is part of the first slice
+        pauses = _Pauses(off_loop=self._off_loop())
         live = self.live_tasks()
         try:
             for first in range(0, len(live), WALK_SLICE):
-                if first:
-                    pause.tick()
+                pauses.tick()  # the first time too: reading the registry counts
                 yield live[first : first + WALK_SLICE]
         finally:
-            if pause.paused:
+            if pauses.paused:
                 # The caller assembles its answer next (the JSON of a ps of
                 # 10,000 tasks): the loop runs first.
-                _pause()
+                pause()
                 _pauses_done()
 
     def _loop_time(self) -> float:
@@ -391,7 +394,7 @@ class Observer:
         out: list[Event] = []
         for first in range(oldest, written, 1024):
             if off_loop and first != oldest:
-                _pause()  # slices, so that the loop gets the GIL
+                pause()  # slices, so that the loop gets the GIL
             out.extend(
                 Event(stamp, KIND_NAMES.get(kind, str(kind)), a, b, text)
                 for stamp, kind, a, b, text in recorder.events(first, first + 1024)

@@ -80,12 +80,15 @@ _PROBE_TIMEOUT: Final = 0.5
 _ACCEPT_BACKOFF: Final = 0.1
 #: How much of a strange request the audit line repeats.
 _AUDIT_REQUEST_CHARS: Final = 40
+#: Seconds of sending between two pauses for the loop (``pause``).
+_PAUSE_EVERY: Final = 0.001
 #: Buffers given to one sendmsg(): an answer in pieces goes out without
 #: being joined first (joining 2 MB holds the GIL for milliseconds).
 _SEND_BUFFERS: Final = 64
 
-#: A handler's answer: text, or text in pieces, sent one after the other.
-Answer: TypeAlias = str | list[str]
+#: A handler's answer: text, or text in pieces (or their UTF-8, encoded by
+#: the handler as it went), sent one after the other.
+Answer: TypeAlias = str | list[str] | list[bytes]
 
 
 class _Closing(Exception):
@@ -144,6 +147,8 @@ class InspectServer:
             observation passes ``Monitor.turn``, ``Monitor.turns_done`` and
             ``Monitor.wait_for_client``, so that a busy loop hands the GIL
             back at once (monitor.py).
+        pause: called every millisecond of sending a big answer, to let the
+            loop run meanwhile (corun's observation passes ``observer.pause``).
     """
 
     # Invariant: _thread is None until start(), then the serving thread for
@@ -163,6 +168,7 @@ class InspectServer:
         turn: Callable[[], None] = lambda: None,
         turns_done: Callable[[], None] = lambda: None,
         waiting: Callable[[], None] = lambda: None,
+        pause: Callable[[], None] = lambda: None,
     ) -> None:
         if not request_timeout > 0 or not answer_timeout > 0:
             raise ValueError("request_timeout and answer_timeout must be > 0")
@@ -176,6 +182,7 @@ class InspectServer:
         self._turn = turn
         self._turns_done = turns_done
         self._waiting = waiting
+        self._pause = pause
         self._uid = os.geteuid()
         self._thread: threading.Thread | None = None
         self._wake_w = -1
@@ -412,16 +419,21 @@ class InspectServer:
     def _call(self, name: str, handler: Callable[[], Answer]) -> list[bytes]:
         try:
             answer = handler()
+            pieces: list[str] | list[bytes]
             if isinstance(answer, str):
                 pieces = [answer]
             elif isinstance(answer, list):
                 pieces = answer
             else:
                 raise TypeError(f"returned {type(answer).__name__}, not str")
+            body: list[bytes] = []
             for piece in pieces:
-                if not isinstance(piece, str):
-                    raise TypeError(f"returned a piece of {type(piece).__name__}, not str")
-            body = [piece.encode("utf-8") for piece in pieces]
+                if isinstance(piece, str):
+                    body.append(piece.encode("utf-8"))
+                elif isinstance(piece, bytes):
+                    body.append(piece)
+                else:
+                    raise TypeError(f"returned a piece of {type(piece).__name__}, not str or bytes")
         except Exception as exc:
             logger.exception("inspect: the %r handler failed", name)
             raise _Refused(
@@ -439,7 +451,14 @@ class InspectServer:
         """Send ``parts`` in order within the answer timeout; ``_TooSlow`` if the peer lags."""
         deadline = time.monotonic() + self._answer_timeout
         pending = deque(memoryview(part) for part in parts if part)
+        since = time.monotonic()
         while pending:
+            if time.monotonic() - since >= _PAUSE_EVERY:
+                # A big answer goes out in many sends, each one a brief
+                # release of the GIL that the loop cannot use: it gets the
+                # GIL at a pause.
+                self._pause()
+                since = time.monotonic()
             self._turn()
             if not _wait(conn, select.POLLOUT, wake_r, deadline):
                 raise _TooSlow
