@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import termios
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -278,6 +279,34 @@ def test_an_answer_in_many_pieces_arrives_whole_and_in_order(
     body = "".join(pieces).encode()
     assert len(body) > 4_000_000
     assert ask(server.path, b"many\n") == b"ok %d\n" % len(body) + body
+
+
+def test_the_server_pauses_for_the_loop_before_it_answers_and_while_it_sends(
+    serve: Callable[..., InspectServer],
+) -> None:
+    # What happened, in order: "pause" for each pause, "answer" when the handler ran.
+    happened: list[str] = []
+    piece = b"x" * 16384
+    handlers = {
+        "big": lambda: happened.append("answer") or [piece] * 256,  # 4 MiB
+    }
+    server = serve(handlers, pause=lambda: happened.append("pause"))
+    assert server.path is not None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(TIMEOUT)
+        sock.connect(server.path)
+        sock.sendall(b"big\n")
+        received = 0
+        # A slow reader: the answer takes many sends, each after a wait.
+        while chunk := sock.recv(65536):
+            received += len(chunk)
+            time.sleep(0.005)
+    assert received == len(b"ok %d\n" % (256 * 16384)) + 256 * 16384
+    # Once before the answer is made (the loop has waited since the client
+    # came), and again and again while it goes out.
+    assert happened[:2] == ["pause", "answer"]
+    assert happened.count("answer") == 1
+    assert happened[2:].count("pause") >= 5
 
 
 def test_error_answers(

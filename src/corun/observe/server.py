@@ -377,6 +377,8 @@ class InspectServer:
             if handler is None:
                 known = ", ".join(sorted(self._handlers))
                 raise _Refused("unknown request", f"unknown request {name!r}; known: {known}")
+            # The loop has waited since the client came; it runs before the answer is made.
+            self._pause()
             body = self._call(name, handler)
         except _Refused as refusal:
             audit.outcome = refusal.outcome
