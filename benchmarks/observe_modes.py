@@ -108,6 +108,27 @@ def _no_hand_over() -> Iterator[None]:
             delattr(MONITOR, name)
 
 
+class _Modes:
+    """Turns a loop's observation on as a mode says, and off again (``off``: nothing)."""
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+        self.observer: Any = None
+
+    def set(self, mode: str) -> None:
+        if mode == "accounting":
+            self.loop._set_accounting(LoopAccounting(self.loop._clock, 0.1))
+        elif mode.startswith("on"):
+            self.observer = observe.enable(self.loop)
+
+    def unset(self, mode: str) -> None:
+        if mode == "accounting":
+            self.loop._set_accounting(None)
+        elif self.observer is not None:
+            self.observer.close()
+            self.observer = None
+
+
 @contextmanager
 def _loop_in(mode: str) -> Iterator[Any]:
     """A new corun loop observed as ``mode`` says; closed (and its observer) on exit."""
@@ -115,16 +136,12 @@ def _loop_in(mode: str) -> Iterator[Any]:
     from_environment = observe.observer_of(loop)  # CORUN_OBSERVE=1: each mode sets its own
     if from_environment is not None:
         from_environment.close()
-    observer = None
+    modes = _Modes(loop)
     try:
-        if mode == "accounting":
-            loop._set_accounting(LoopAccounting(loop._clock, 0.1))
-        elif mode.startswith("on"):
-            observer = observe.enable(loop)
+        modes.set(mode)
         yield loop
     finally:
-        if observer is not None:
-            observer.close()
+        modes.unset(mode)
         loop.close()
 
 
@@ -160,27 +177,6 @@ async def _counting_hello(request: Any) -> Any:
 
 #: What the server under test has served so far: bytes echoed, or HTTP requests.
 _SERVED = [0]
-
-
-class _Modes:
-    """Switches the serving loop's observation between the modes, window by window."""
-
-    def __init__(self, loop: Any) -> None:
-        self.loop = loop
-        self.observer: Any = None
-
-    def set(self, mode: str) -> None:
-        if mode == "accounting":
-            self.loop._set_accounting(LoopAccounting(self.loop._clock, 0.1))
-        elif mode == "on":
-            self.observer = observe.enable(self.loop)
-
-    def unset(self, mode: str) -> None:
-        if mode == "accounting":
-            self.loop._set_accounting(None)
-        elif mode == "on":
-            self.observer.close()
-            self.observer = None
 
 
 async def _serve_toggled(
@@ -256,16 +252,10 @@ def network(case_id: str, rounds: int, out: Path) -> int:
         raise SystemExit(f"--network: one of {', '.join(NETWORK_CASES)}")
     # The C load generator for HTTP too (not wrk): one client, stopped when the rounds end.
     client, _ = choose_clients("c", "c")
-    loop = corun.new_event_loop()
-    from_environment = observe.observer_of(loop)
-    if from_environment is not None:
-        from_environment.close()
-    try:
+    with _loop_in("off") as loop:
         cpu = loop.run_until_complete(
             _serve_toggled(loop, case_id, list(client.cmd), rounds, WINDOW)
         )
-    finally:
-        loop.close()
     rows: list[dict[str, Any]] = []
     off = statistics.median(cpu["off"])
     for mode in NETWORK_MODES:
