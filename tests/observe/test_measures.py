@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+import socket
 import subprocess
 import sys
 import textwrap
@@ -149,6 +150,41 @@ def test_every_handle_that_runs_is_one_lateness_sample(loop: corun.EventLoop) ->
     ran = accounting.step_seq - steps
     assert ran > 600  # the callbacks, and the task's steps
     assert samples() - counted == ran
+
+
+def test_a_reader_seen_by_a_poll_that_does_not_wait_is_one_lateness_sample(
+    loop: corun.EventLoop,
+) -> None:
+    # A busy loop polls without waiting and stamps what that poll queues with
+    # the reading before it (no clock read of its own): the stamp must still
+    # be there, or the reader's step would be left out of the lag.
+    accounting = observe.enable(loop, serve=False).accounting
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    received: list[bytes] = []
+    loop.add_reader(reader.fileno(), lambda: received.append(reader.recv(100)))
+
+    def spin(left: int) -> None:
+        # Always one more callback ready: every poll meanwhile does not wait.
+        if left == 50:
+            writer.send(b"x")
+        if left and not received:
+            loop.call_soon(spin, left - 1)
+
+    try:
+        steps = accounting.step_seq
+        counted = sum(accounting.lag.counts()) + sum(accounting.schedule.counts())
+        loop.call_soon(spin, 10_000)
+        loop.run_until_complete(asyncio.sleep(0))
+        while not received and accounting.step_seq - steps < 20_000:
+            loop.run_until_complete(asyncio.sleep(0))
+        assert received == [b"x"]
+        ran = accounting.step_seq - steps
+        assert sum(accounting.lag.counts()) + sum(accounting.schedule.counts()) - counted == ran
+    finally:
+        loop.remove_reader(reader.fileno())
+        reader.close()
+        writer.close()
 
 
 def test_a_timer_due_after_its_batch_started_counts_as_on_time(loop: corun.EventLoop) -> None:

@@ -223,15 +223,20 @@ class EpollIO:
         registration.events = events
 
     def poll(
-        self, timeout: float | None, ready: deque[Handle], clock: Callable[[], float] | None
+        self,
+        timeout: float | None,
+        ready: deque[Handle],
+        clock: Callable[[], float] | None,
+        stamp: float = 0.0,
     ) -> float:
         """Wait up to ``timeout`` seconds (forever if None); queue the handles of ready fds.
 
-        With a ``clock`` (corun.observe's accounting is on), each handle queued
-        is stamped with the time the wait returned (see Handle._queued).
+        Each handle queued is stamped with ``clock()`` read when the wait
+        returned, or without a ``clock`` with ``stamp`` (see Handle._queued;
+        0.0: not stamped).
 
         Returns:
-            That time, or 0.0 without a ``clock``.
+            The stamp.
         """
         if timeout is None:
             timeout = -1.0
@@ -242,7 +247,8 @@ class EpollIO:
         # FD_SETSIZE - 1: it allocates (and clears) a buffer that size on
         # every call, 12 KiB, which cost more than the wait itself.
         events = self._epoll.poll(timeout, min(max(len(registrations), 1), MAX_EVENTS))
-        stamp = clock() if clock is not None else 0.0
+        if clock is not None:
+            stamp = clock()
         for fd, mask in events:
             registration = registrations.get(fd)
             if registration is None:

@@ -106,7 +106,9 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
         start = accounting.last_read
         if start <= 0.0:
             start = accounting.clock()
-        if start >= accounting.turn_due and timeout != 0.0:
+        # Narrowed once: comparing a ``float | None`` is a generic comparison.
+        waits = timeout is None or timeout != 0.0
+        if start >= accounting.turn_due and waits:
             # The serving thread wants the GIL and the loop is about to wait:
             # hand it over before the wait, not after. A poll that returns
             # while that thread holds the GIL waits for it, until the thread
@@ -117,12 +119,17 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
             start = now
         accounting.io_wait_since = start
         try:
-            end = loop._io.poll(timeout, queue, accounting.clock)
+            # A poll that does not wait returns within a system call: its
+            # handles are stamped, and the next batch starts, at the reading
+            # before it. One clock read fewer per iteration of a busy loop;
+            # the microsecond goes to the next step, like the loop's other
+            # bookkeeping between two batches.
+            end = loop._io.poll(timeout, queue, accounting.clock if waits else None, start)
         finally:
             accounting.io_wait_since = 0.0
         accounting.last_read = end
         # An empty poll is the loop's own bookkeeping, not a wait.
-        if timeout != 0.0:
+        if waits:
             accounting.io_wait_total += end - start
         if loop._io.arrived:
             loop._io.arrived = False
@@ -138,38 +145,31 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
         instruments.call_io_hook("after_io_wait", instruments.after_io_wait, timeout)
 
 
-def _run_handles(loop: LoopCore, queue: deque[Handle], todo: int) -> None:
-    """Run the first ``todo`` handles of ``queue``, skipping cancelled ones."""
+def _run_handles(loop: LoopCore, todo: int) -> None:
+    """Run the first ``todo`` handles of the ready queue, skipping cancelled ones."""
     loop._ran_since_poll += todo
     accounting = loop._corun_accounting
     if accounting is not None:
-        _run_handles_accounted(loop, accounting, queue, todo)
+        _run_handles_accounted(loop, accounting, todo)
         return
     if loop._debug:
-        loop._run_ready_debug(queue, todo)
+        loop._run_ready_debug(loop._ready, todo)
         return
-    if todo == 1:  # common when tasks hand off to each other; no bound method
-        handle = queue.popleft()
-        if not handle._cancelled:
-            handle._run()
-        return
-    popleft = queue.popleft
+    popleft = loop._ready_popleft
     for _i in range(todo):  # not `_`: mypyc boxes that name as an object
         handle = popleft()
         if not handle._cancelled:
             handle._run()
 
 
-def _run_handles_accounted(
-    loop: LoopCore, accounting: LoopAccounting, queue: deque[Handle], todo: int
-) -> None:
+def _run_handles_accounted(loop: LoopCore, accounting: LoopAccounting, todo: int) -> None:
     """``_run_handles`` with the accounting on: one clock read between two handles."""
     clock = accounting.clock
     lag_histogram = accounting.lag
     schedule_histogram = accounting.schedule
     threshold = accounting.stall_threshold
     debug = loop._debug
-    popleft = queue.popleft  # a bound method once, not a method lookup per handle
+    popleft = loop._ready_popleft
     now = accounting.last_read  # see _check_io
     if now <= 0.0:
         now = clock()
@@ -549,7 +549,7 @@ class LoopCore(LoopBase):
 
         # Run only what is ready now; what these callbacks schedule waits
         # for the next iteration.
-        _run_handles(self, ready, len(ready))
+        _run_handles(self, len(ready))
 
     def _run_ready_debug(self, ready: deque[Handle], todo: int) -> None:
         for _i in range(todo):
