@@ -250,6 +250,10 @@ HANDOFF_RETRIES: Final = 3
 _NEVER: Final = float("inf")
 
 
+def _nothing_ready() -> Any:
+    raise RuntimeError("this accounting is not attached to a loop")
+
+
 class LoopAccounting:
     """What the loop keeps for ``corun.observe`` (see the module docstring)."""
 
@@ -259,6 +263,10 @@ class LoopAccounting:
         self.schedule: Histogram = Histogram()
         self.recorder: EventRing = EventRing()
         self.stall_threshold: float = stall_threshold
+        # The loop's ready queue's popleft, bound when the loop attaches this:
+        # taking it per batch of handles made a method object each time (and
+        # one the collector tracks, which brings its collections on sooner).
+        self.popleft: Callable[[], Any] = _nothing_ready
         # The running step. step_seq changes when a step starts; step_handle
         # is None between batches of handles (the loop waits or does its own
         # bookkeeping).

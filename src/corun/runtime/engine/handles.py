@@ -47,10 +47,6 @@ class LoopBase:
         # overridden (by a subclass, or on the instance): then the override
         # is called, as asyncio's Future and Task would call it.
         self._ready: deque[Handle] = deque()
-        # Bound once: taking ``_ready.popleft`` per batch makes a method
-        # object each time (and a collector-tracked one, which brings on
-        # collections sooner).
-        self._ready_popleft: Callable[[], Handle] = self._ready.popleft
         self._closed: bool = False
         self._debug: bool = False
         self._plain_call_soon: bool = True

@@ -145,17 +145,22 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
         instruments.call_io_hook("after_io_wait", instruments.after_io_wait, timeout)
 
 
-def _run_handles(loop: LoopCore, todo: int) -> None:
-    """Run the first ``todo`` handles of the ready queue, skipping cancelled ones."""
+def _run_handles(loop: LoopCore, queue: deque[Handle], todo: int) -> None:
+    """Run the first ``todo`` handles of ``queue``, skipping cancelled ones."""
     loop._ran_since_poll += todo
     accounting = loop._corun_accounting
     if accounting is not None:
         _run_handles_accounted(loop, accounting, todo)
         return
     if loop._debug:
-        loop._run_ready_debug(loop._ready, todo)
+        loop._run_ready_debug(queue, todo)
         return
-    popleft = loop._ready_popleft
+    if todo == 1:  # common when tasks hand off to each other; no bound method
+        handle = queue.popleft()
+        if not handle._cancelled:
+            handle._run()
+        return
+    popleft = queue.popleft
     for _i in range(todo):  # not `_`: mypyc boxes that name as an object
         handle = popleft()
         if not handle._cancelled:
@@ -163,19 +168,22 @@ def _run_handles(loop: LoopCore, todo: int) -> None:
 
 
 def _run_handles_accounted(loop: LoopCore, accounting: LoopAccounting, todo: int) -> None:
-    """``_run_handles`` with the accounting on: one clock read between two handles."""
+    """``_run_handles`` with the accounting on: one clock read between two handles.
+
+    The queue is the loop's ready queue, whose ``popleft`` the accounting holds.
+    """
     clock = accounting.clock
     lag_histogram = accounting.lag
     schedule_histogram = accounting.schedule
     threshold = accounting.stall_threshold
     debug = loop._debug
-    popleft = loop._ready_popleft
+    popleft = accounting.popleft
     now = accounting.last_read  # see _check_io
     if now <= 0.0:
         now = clock()
     try:
         for _i in range(todo):
-            handle = popleft()
+            handle: Handle = popleft()
             if handle._cancelled:
                 continue
             queued = handle._queued
@@ -549,7 +557,7 @@ class LoopCore(LoopBase):
 
         # Run only what is ready now; what these callbacks schedule waits
         # for the next iteration.
-        _run_handles(self, len(ready))
+        _run_handles(self, ready, len(ready))
 
     def _run_ready_debug(self, ready: deque[Handle], todo: int) -> None:
         for _i in range(todo):
@@ -748,6 +756,8 @@ class LoopCore(LoopBase):
 
     def _set_accounting(self, accounting: LoopAccounting | None) -> None:
         """Attach ``corun.observe``'s accounting (None detaches it)."""
+        if accounting is not None:
+            accounting.popleft = self._ready.popleft
         self._corun_accounting = accounting
         self._update_observed()
 
