@@ -203,6 +203,33 @@ def test_a_timer_due_after_its_batch_started_counts_as_on_time(loop: corun.Event
     assert sum(counts) + sum(accounting.schedule.counts()) == accounting.step_seq
 
 
+def test_the_timers_take_the_accountings_reading_only_on_their_own_clock(
+    loop: corun.EventLoop,
+) -> None:
+    # With the accounting on, the loop's timers use its last reading instead
+    # of reading the clock again, but only when both are on the same clock.
+    # Here the accounting's runs 10 s ahead: its reading would make a timer
+    # 50 ms away due at once.
+    loop._set_accounting(LoopAccounting(lambda: time.monotonic() + 10.0, 0.1))
+    fired: list[float] = []
+    start = time.monotonic()
+    loop.call_later(0.05, lambda: fired.append(time.monotonic() - start))
+    loop.run_until_complete(asyncio.sleep(0.1))
+    assert len(fired) == 1 and fired[0] >= 0.05
+
+    # On the loop's own clock the reading is shared, and timers are on time
+    # (the clock cannot run backwards: the reading is never ahead of now).
+    accounting = LoopAccounting(loop._clock, 0.1)
+    loop._set_accounting(accounting)
+    fired.clear()
+    start = time.monotonic()
+    for i in range(5):
+        loop.call_later(0.01 * (i + 1), lambda: fired.append(time.monotonic() - start))
+    loop.run_until_complete(asyncio.sleep(0.08))
+    assert [t >= 0.01 * (i + 1) for i, t in enumerate(fired)] == [True] * 5
+    assert sum(accounting.lag.counts()) >= 5
+
+
 def test_per_task_counters_parents_and_states(loop: corun.EventLoop) -> None:
     observer = observe.enable(loop, serve=False)
     release = asyncio.Event()
