@@ -350,6 +350,23 @@ def test_the_ring_keeps_the_newest_ten_thousand_events_in_one_mebibyte() -> None
     assert len(events[-1][4].encode()) <= 70
 
 
+def test_the_ring_keeps_texts_and_numbers_whole_or_cut_cleanly() -> None:
+    ring = EventRing(16)
+    ring.add(1, -5, 1 << 63, "naïve-Task", 1.5)  # out-of-range numbers are stored as 0
+    ring.add(1, 7, 8, "\ud800 lone", 2.5)  # a lone surrogate cannot be encoded as is
+    ring.add(1, 9, 10, "€" * 30, 3.5)  # 90 bytes of UTF-8: cut inside the 24th character
+    (first, second, third) = ring.events()
+    assert first == (1.5, 1, 0, 0, "naïve-Task")
+    assert second[:4] == (2.5, 1, 7, 8) and second[4].endswith(" lone")
+    assert third[:4] == (3.5, 1, 9, 10)
+    assert third[4] == "€" * 23 + "\ufffd"  # 70 bytes kept; the cut character is replaced
+    # Written round and round: the 17th event takes the first one's slot.
+    for number in range(14):
+        ring.add(6, number, 0, f"note {number}", 4.0)
+    assert ring.held() == (1, 17)
+    assert [e[4] for e in ring.events()][:2] == [second[4], third[4]]
+
+
 def test_spawn_exit_and_cancel_events(loop: corun.EventLoop) -> None:
     observer = observe.enable(loop, serve=False)
 

@@ -26,13 +26,13 @@ same work compiled, at a fraction of that (``benchmarks/README.md``).
 
 from __future__ import annotations
 
-import struct
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from mypy_extensions import i64
+from librt.vecs import vec
+from mypy_extensions import i64, u8
 
 # --- the histogram -------------------------------------------------------------
 #
@@ -92,13 +92,6 @@ def bucket_bounds(index: int) -> tuple[int, int]:
     return low, low + width
 
 
-class BucketCount:
-    """One bucket's count, unboxed: counting neither allocates nor stores an object."""
-
-    def __init__(self) -> None:
-        self.n: i64 = 0
-
-
 class Histogram:
     """Counts of durations in log-linear buckets (see ``bucket_of``), and their maximum.
 
@@ -106,9 +99,9 @@ class Histogram:
     """
 
     def __init__(self) -> None:
-        # One native counter per bucket rather than a list of ints: a list
-        # holds int objects, and every count past 256 would make a new one.
-        self.buckets: list[BucketCount] = [BucketCount() for _i in range(BUCKETS)]
+        # Native counters, not a list of ints: a list holds int objects, and
+        # every count past 256 would make a new one.
+        self.buckets: vec[i64] = vec[i64]([0] * BUCKETS)
         #: The sum of the durations, and the largest, in seconds.
         self.total: float = 0.0
         self.max: float = 0.0
@@ -123,23 +116,25 @@ class Histogram:
             # Beyond i64 only after 292 years: clamped by bucket_of long before.
             ns: i64 = i64(seconds * 1e9) if seconds < 1e9 else i64(1 << 62)
             index = bucket_of(ns)
-        self.buckets[index].n += 1
+        self.buckets[index] += 1
 
     def counts(self) -> list[int]:
         """The count of each bucket (safe from any thread: each count is read whole)."""
-        return [bucket.n for bucket in self.buckets]
+        return [count for count in self.buckets]
 
 
 # --- the flight recorder ----------------------------------------------------------
 #
-# One bytearray of fixed-size slots, written round and round: its size is the
-# recorder's whole memory. A slot is one struct, written by one call:
-#   f64 wall-clock time, u8 kind, u8 text length, i64 a, i64 b, the text in
-#   UTF-8 (cut at MAX_TEXT bytes, padded with zeros).
+# Fixed columns of native numbers, written round and round: their size is the
+# recorder's whole memory. An event is one slot of each column: its wall-clock
+# time, its kind, two numbers a and b, and a text in UTF-8 (cut at MAX_TEXT
+# bytes) with its length. Writing one is a handful of native stores and a copy
+# of the text's bytes, a quarter of what packing a struct cost (which parsed
+# its arguments and boxed the numbers for every task's spawn and exit).
 #: The longest text an event keeps, in bytes; longer ones are cut.
 MAX_TEXT: Final = 70
-_RECORD: Final = struct.Struct(f"<dBBqq{MAX_TEXT}s")
-SLOT: Final = 96  # _RECORD.size
+#: Bytes per event: the time (8), kind (1), text length (1), a and b (16), text.
+SLOT: Final = 26 + MAX_TEXT
 #: Slots in a recorder: 10,880 events in 1 MiB, headers included.
 SLOTS: Final = ((1 << 20) - 4096) // SLOT
 
@@ -164,8 +159,6 @@ KIND_NAMES: Final = {
     NOTE: "note",
 }
 
-_pack_into: Final = _RECORD.pack_into
-_unpack_from: Final = _RECORD.unpack_from
 _wall: Final = time.time
 # Above this, a or b is stored as 0 (it fits i64; and a compiled int below it
 # compares without boxing).
@@ -182,32 +175,45 @@ class EventRing:
     def __init__(self, slots: int = SLOTS) -> None:
         if slots < 16:
             raise ValueError("an event ring needs at least 16 slots")
-        self.slots: int = slots
-        self.buffer: bytearray = bytearray(slots * SLOT)
+        self.slots: i64 = slots
+        self.stamps: vec[float] = vec[float]([0.0] * slots)
+        self.kinds: vec[u8] = vec[u8](bytes(slots))
+        self.sizes: vec[u8] = vec[u8](bytes(slots))
+        self.a: vec[i64] = vec[i64]([0] * slots)
+        self.b: vec[i64] = vec[i64]([0] * slots)
+        self.text: vec[u8] = vec[u8](bytes(slots * MAX_TEXT))
         #: Events ever written; the next one goes to slot written % slots.
-        self.written: int = 0
+        self.written: i64 = 0
 
     def add(self, kind: int, a: int, b: int, text: str, stamp: float = -1.0) -> None:
         """Write an event over the oldest one (``a`` and ``b`` count as 0 if negative or over 2**62).
 
-        ``stamp`` is its ``time.time()``, read now when not given. One
-        ``pack_into`` call per event: it runs for every task's spawn and exit.
+        ``stamp`` is its ``time.time()``, read now when not given. It runs for
+        every task's spawn and exit.
         """
+        # Everything that allocates comes before the first store into a slot:
+        # an allocation may run the collector, and a finaliser may let another
+        # thread read the slot half written (``events()`` trusts a slot whose
+        # number is still held).
         try:
             data = text.encode()
         except UnicodeEncodeError:  # a lone surrogate
             data = text.encode("utf-8", "replace")
-        size = len(data)
-        if size > MAX_TEXT:
-            size = MAX_TEXT  # pack_into cuts the bytes themselves
-        if a < 0 or a > _MAX_FIELD:
-            a = 0
-        if b < 0 or b > _MAX_FIELD:
-            b = 0
-        offset = (self.written % self.slots) * SLOT
         if stamp < 0.0:
             stamp = _wall()
-        _pack_into(self.buffer, offset, stamp, kind, size, a, b, data)
+        size: i64 = len(data)
+        if size > MAX_TEXT:
+            size = MAX_TEXT
+        slot: i64 = self.written % self.slots
+        self.stamps[slot] = stamp
+        self.kinds[slot] = u8(kind & 255)
+        self.sizes[slot] = u8(size)
+        self.a[slot] = a if 0 <= a <= _MAX_FIELD else 0
+        self.b[slot] = b if 0 <= b <= _MAX_FIELD else 0
+        base: i64 = slot * MAX_TEXT
+        out = self.text
+        for offset in range(size):
+            out[base + offset] = data[offset]
         self.written += 1
 
     def held(self) -> tuple[int, int]:
@@ -222,16 +228,25 @@ class EventRing:
         them in slices (see ``held``): decoding all 10,880 in one call would
         hold the GIL for milliseconds. Events overwritten meanwhile are skipped.
         """
-        buffer = bytes(self.buffer)  # one copy: the loop may go on writing
         oldest, written = self.held()
         first = oldest if first < oldest else first
         stop = written if stop < 0 or stop > written else stop
         slots = self.slots
         out: list[tuple[float, int, int, int, str]] = []
         for number in range(first, stop):
-            offset = (number % slots) * SLOT
-            stamp, kind, size, a, b, data = _unpack_from(buffer, offset)
-            text = data[:size].decode("utf-8", "replace")
+            slot: i64 = number % slots
+            stamp = self.stamps[slot]
+            kind: int = self.kinds[slot]
+            a: int = self.a[slot]
+            b: int = self.b[slot]
+            base: i64 = slot * MAX_TEXT
+            size: i64 = i64(self.sizes[slot])
+            data = bytes(self.text[base : base + size])
+            # Read whole first, then checked: the loop may have written over
+            # it while this thread let go of the GIL (at an allocation).
+            if number < self.written - slots:
+                continue
+            text = data.decode("utf-8", "replace")
             if kind in (_EXIT_FINISHED, _EXIT_CANCELLED):
                 outcome = "FINISHED" if kind == _EXIT_FINISHED else "CANCELLED"
                 kind, text = EXIT, f"{text} {outcome}"
