@@ -78,6 +78,27 @@ def test_time_sleep_in_a_task_is_a_parked_stall_found_in_time(loop: corun.EventL
     assert _p99_delay(stalls) <= threshold + SLACK, _delays(stalls)
 
 
+def test_stalls_are_found_in_time_when_the_watchdog_looks_less_than_twice_a_threshold(
+    loop: corun.EventLoop,
+) -> None:
+    # Above 20 ms, the watchdog looks every threshold less 10 ms while no
+    # step is long (here every 40 ms, not 25): a step that starts just after
+    # a look must still be seen within the threshold plus 10 ms.
+    threshold = 0.05
+    rounds = 101  # the 99th percentile of 101 leaves out the worst one
+    observer = observe.enable(loop, stall_threshold=threshold, serve=False)
+
+    async def sleeper() -> None:
+        for _ in range(rounds):
+            await asyncio.sleep(0.003)
+            _sleeping_step(0.065)
+
+    loop.run_until_complete(sleeper())
+    stalls = _wait_for_stalls(observer, rounds)
+    assert len(stalls) == rounds
+    assert _p99_delay(stalls) <= threshold + SLACK, _delays(stalls)
+
+
 def test_a_busy_loop_is_a_computing_stall_seen_while_it_runs(loop: corun.EventLoop) -> None:
     # A pure-Python loop holds the GIL and hands it over every switch
     # interval: the watchdog needs it twice (to see the step start, and at

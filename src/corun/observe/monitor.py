@@ -160,7 +160,9 @@ class Monitor:
                     return
                 continue
             now = time.monotonic()
-            sleep = 0.05
+            # At least four looks per BACKSTOP: it is re-armed at every look
+            # past a quarter of it, long before it can fire.
+            sleep = BACKSTOP / 4
             running = [o for o in observers if not self._retired(o) and o.running()]
             # A dump that fired is the stack of the stall that the watchdog is
             # about to see: read first. Re-arming comes after the looks, as it

@@ -43,6 +43,9 @@ CHUNK_PAUSE: Final = 0.0001
 #: At a pause, a loop with ready handles runs them this long before it hands
 #: the GIL back: a timer's callback and the task it wakes both run.
 PAUSE_GRACE: Final = 0.0005
+#: How much sooner than a threshold the watchdog looks again while no step is
+#: long: two switch intervals of the GIL, which the look may wait for.
+LOOK_SLACK: Final = 0.01
 #: Tasks a walk reads between two looks at the clock (and whose counters
 #: are read in one compiled call).
 WALK_SLICE: Final = 64
@@ -506,9 +509,10 @@ class Observer:
         # that starts right after a look is seen by the next one, in time to
         # wake at its threshold. Not a whole threshold: a look may wait for
         # the GIL (up to the 5 ms switch interval while a step computes), and
-        # a late first look makes a late detection. Each look costs the loop a
-        # hand-over of the GIL (about 0.1 ms): 20 a second at the default.
-        idle = self.stall_threshold / 2
+        # a late first look makes a late detection. Each look takes the GIL
+        # from the loop: 11 a second at the default threshold.
+        threshold = self.stall_threshold
+        idle = max(threshold / 2, threshold - LOOK_SLACK)
         if handle is None or watch is None or watch.seq != seq:
             if watch is not None:
                 # Its long step is taken below, or on a later look.
