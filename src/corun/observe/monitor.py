@@ -8,7 +8,7 @@ that, which a pure-Python loop gives up every switch interval (5 ms).
 
 A C call that holds the GIL stops the watchdog too. For that case
 ``faulthandler``'s own C thread is armed to dump every thread's stack after
-``BACKSTOP`` seconds, and re-armed from here every ``BACKSTOP / 4``: while the
+``BACKSTOP`` seconds, and re-armed from here every ``REARM`` (a quarter of it): while the
 watchdog runs, it never fires; once the GIL is stuck, it fires within
 ``BACKSTOP``. The dump is read back when the GIL is free again and attached
 to the stall.
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 #: Seconds a C call may hold the GIL before faulthandler dumps every stack.
 BACKSTOP: Final = 1.0
+#: How often the watchdog re-arms it while a loop runs, and so the longest it sleeps.
+REARM: Final = BACKSTOP / 4
 #: Seconds between two windows of utilisation and CPU.
 WINDOW: Final = 1.0
 #: How long after the watchdog's wake-up the loop hands it the GIL: by then
@@ -160,9 +162,8 @@ class Monitor:
                     return
                 continue
             now = time.monotonic()
-            # At least four looks per BACKSTOP: it is re-armed at every look
-            # past a quarter of it, long before it can fire.
-            sleep = BACKSTOP / 4
+            # Awake often enough to re-arm the backstop long before it can fire.
+            sleep = REARM
             running = [o for o in observers if not self._retired(o) and o.running()]
             # A dump that fired is the stack of the stall that the watchdog is
             # about to see: read first. Re-arming comes after the looks, as it
@@ -315,11 +316,11 @@ class Monitor:
             self._backstop_armed_at = 0.0
 
     def _arm_backstop(self, now: float, any_running: bool) -> None:
-        """Re-arm the faulthandler every BACKSTOP / 4 while a loop runs; disarm it otherwise."""
+        """Re-arm the faulthandler every REARM seconds while a loop runs; disarm it otherwise."""
         if not any_running:
             self._disarm()
             return
-        if now - self._backstop_armed_at >= BACKSTOP / 4:
+        if now - self._backstop_armed_at >= REARM:
             file = self._backstop_file
             if file is None:
                 # Kept open for the life of the process: faulthandler writes to its fd.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import sys
 import threading
 import time
 import weakref
@@ -43,9 +44,6 @@ CHUNK_PAUSE: Final = 0.0001
 #: At a pause, a loop with ready handles runs them this long before it hands
 #: the GIL back: a timer's callback and the task it wakes both run.
 PAUSE_GRACE: Final = 0.0005
-#: How much sooner than a threshold the watchdog looks again while no step is
-#: long: two switch intervals of the GIL, which the look may wait for.
-LOOK_SLACK: Final = 0.01
 #: Tasks a walk reads between two looks at the clock (and whose counters
 #: are read in one compiled call).
 WALK_SLICE: Final = 64
@@ -509,10 +507,11 @@ class Observer:
         # that starts right after a look is seen by the next one, in time to
         # wake at its threshold. Not a whole threshold: a look may wait for
         # the GIL (up to the 5 ms switch interval while a step computes), and
-        # a late first look makes a late detection. Each look takes the GIL
-        # from the loop: 11 a second at the default threshold.
+        # a late first look makes a late detection: two switch intervals
+        # sooner. Each look takes the GIL from the loop: 11 a second at the
+        # default threshold.
         threshold = self.stall_threshold
-        idle = max(threshold / 2, threshold - LOOK_SLACK)
+        idle = max(threshold / 2, threshold - 2 * sys.getswitchinterval())
         if handle is None or watch is None or watch.seq != seq:
             if watch is not None:
                 # Its long step is taken below, or on a later look.
