@@ -494,7 +494,7 @@ def test_the_watchdog_is_handed_the_gil_by_a_loop_of_short_steps(loop: corun.Eve
     # third more per step). Now the loop hands it over when a look is due.
     from corun.observe.monitor import MONITOR
 
-    observe.enable(loop, serve=False)
+    observer = observe.enable(loop, serve=False)
 
     async def short_steps(seconds: float) -> int:
         steps = 0
@@ -511,13 +511,52 @@ def test_the_watchdog_is_handed_the_gil_by_a_loop_of_short_steps(loop: corun.Eve
     thread = MONITOR._thread
     assert thread is not None and thread.native_id is not None
     before = _voluntary_switches(thread.native_id)
+    looks = observer.accounting.hand_overs
     started = time.monotonic()
     steps = loop.run_until_complete(steps_in_tasks(2.0))
-    rate = (_voluntary_switches(thread.native_id) - before) / (time.monotonic() - started)
+    switches = _voluntary_switches(thread.native_id) - before
+    elapsed = time.monotonic() - started
+    looks = observer.accounting.hand_overs - looks
     assert steps > 10_000
-    # Two switches per look (its timer, and the hand-over), a look every 10 ms;
-    # and it did look meanwhile.
-    assert 20 < rate < 2_000, f"the watchdog woke {rate:.0f} times a second"
+    # It looked, 11 or 12 times a second, and woke once per look: the loop's
+    # bell, with the GIL handed over; not a wake at each of the loop's polls.
+    assert looks > 5 * elapsed, f"{looks} looks in {elapsed:.1f} s"
+    assert switches <= 3 * looks, f"the watchdog woke {switches} times for {looks} looks"
+
+
+@pytest.mark.parametrize(("threshold", "most_looks"), [(0.1, 13.5), (0.01, 300)])
+def test_a_loop_of_short_steps_rings_the_watchdog_for_its_looks_and_no_more(
+    loop: corun.EventLoop, threshold: float, most_looks: float
+) -> None:
+    # Woken by its own timer, the watchdog waits for the GIL while the loop
+    # runs; the loop wakes it instead, a little before the timer, at a poll.
+    # Looks due sooner than that (a 1 s window's end) are taken with the
+    # look a bell wakes: a bell for each would make a look a millisecond.
+    observer = observe.enable(loop, serve=False, stall_threshold=threshold)
+    accounting = observer.accounting
+
+    async def short_steps(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            await asyncio.sleep(0)
+
+    async def in_tasks(seconds: float) -> None:
+        await asyncio.gather(*(short_steps(seconds) for _ in range(10)))
+
+    def taken() -> int:  # hand-overs the watchdog came to (a missed one is tried again)
+        return accounting.hand_overs - accounting.hand_overs_missed
+
+    loop.run_until_complete(in_tasks(0.2))
+    bells, looks = accounting.look_bells, taken()
+    started = time.monotonic()
+    loop.run_until_complete(in_tasks(2.5))
+    elapsed = time.monotonic() - started
+    bells, looks = accounting.look_bells - bells, taken() - looks
+    # A look every threshold less 10 ms (at least half a threshold), less a
+    # quarter of that or 5 ms: 12 a second at 100 ms (14 with a bell for each
+    # window's end), 267 at 10 ms.
+    assert 5 * elapsed < looks < most_looks * elapsed, f"{looks} looks in {elapsed:.1f} s"
+    assert bells >= 0.8 * looks, f"{bells} of {looks} looks rung by the loop"
 
 
 _TOP_CLIENT = """

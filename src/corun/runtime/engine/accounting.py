@@ -315,6 +315,12 @@ class LoopAccounting:
         # watchdog's next look, and a turn of the serving thread.
         self.look_due: float = _NEVER
         self.look_gate: Any = None
+        # What the loop sets to wake the watchdog for its look (a
+        # threading.Event): woken by its own timer instead, the watchdog
+        # would wait for the GIL while the loop runs, and every poll's
+        # release of the GIL would wake it in vain.
+        self.look_bell: Any = None
+        self.look_bells: i64 = 0
         self.look_misses: i64 = 0
         self.turn_due: float = _NEVER
         self.turn_gate: Any = None
@@ -369,9 +375,10 @@ class LoopAccounting:
         has had it, and the loop waits on the lock: for a turn of the serving
         thread, before a poll that would wait (or after one that does not,
         ``turn_grace`` past the turn), for at most ``turn_wait``; for a look of
-        the watchdog, after a poll, for at most ``HANDOFF_TIMEOUT``. If the
-        thread did not come (another took the GIL first), the loop tries again
-        at its next polls, ``HANDOFF_RETRIES`` times.
+        the watchdog, after a poll, for at most ``HANDOFF_TIMEOUT``, having
+        woken it with ``look_bell``. If the thread did not come (another took
+        the GIL first), the loop tries again at its next polls,
+        ``HANDOFF_RETRIES`` times.
         """
         # The thread may publish its next gate while the loop waits on this
         # one: a slot is cleared only if it still holds the gate waited on.
@@ -385,6 +392,10 @@ class LoopAccounting:
                 self.turn_misses += 1
         else:
             gate = self.look_gate
+            bell = self.look_bell
+            if bell is not None:
+                self.look_bells += 1
+                bell.set()
             if self._handed_over(gate, self.look_misses, HANDOFF_TIMEOUT):
                 if self.look_gate is gate:
                     self.look_due = _NEVER
