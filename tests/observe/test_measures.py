@@ -510,18 +510,20 @@ def test_the_watchdog_is_handed_the_gil_by_a_loop_of_short_steps(loop: corun.Eve
     loop.run_until_complete(steps_in_tasks(0.2))  # the watchdog thread is up
     thread = MONITOR._thread
     assert thread is not None and thread.native_id is not None
+    accounting = observer.accounting
     before = _voluntary_switches(thread.native_id)
-    looks = observer.accounting.hand_overs
+    looks = accounting.hand_overs - accounting.hand_overs_missed
     started = time.monotonic()
     steps = loop.run_until_complete(steps_in_tasks(2.0))
     switches = _voluntary_switches(thread.native_id) - before
     elapsed = time.monotonic() - started
-    looks = observer.accounting.hand_overs - looks
+    looks = accounting.hand_overs - accounting.hand_overs_missed - looks
     assert steps > 10_000
-    # It looked, 11 or 12 times a second, and woke once per look: the loop's
-    # bell, with the GIL handed over; not a wake at each of the loop's polls.
+    # It looked, 11 or 12 times a second, and woke a few times per look (its
+    # timer, a poll or two before the hand-over), not at each of the loop's
+    # polls, thousands between two looks.
     assert looks > 5 * elapsed, f"{looks} looks in {elapsed:.1f} s"
-    assert switches <= 3 * looks, f"the watchdog woke {switches} times for {looks} looks"
+    assert switches <= 20 * looks, f"the watchdog woke {switches} times for {looks} looks"
 
 
 @pytest.mark.parametrize(
