@@ -486,6 +486,28 @@ def _voluntary_switches(native_id: int) -> int:
     raise AssertionError("no voluntary_ctxt_switches line")
 
 
+def _short_steps(loop: corun.EventLoop, seconds: float) -> int:
+    """Run 10 tasks of ``await asyncio.sleep(0)`` for ``seconds``; the steps they took."""
+
+    async def steps_for(end: float) -> int:
+        steps = 0
+        while time.monotonic() < end:
+            await asyncio.sleep(0)
+            steps += 1
+        return steps
+
+    async def in_tasks() -> int:
+        end = time.monotonic() + seconds
+        return sum(await asyncio.gather(*(steps_for(end) for _ in range(10))))
+
+    return loop.run_until_complete(in_tasks())
+
+
+def _looks_taken(accounting: LoopAccounting) -> int:
+    """The hand-overs the watchdog came to so far (a missed one is tried again)."""
+    return accounting.hand_overs - accounting.hand_overs_missed
+
+
 def test_the_watchdog_is_handed_the_gil_by_a_loop_of_short_steps(loop: corun.EventLoop) -> None:
     # A loop of short steps lets go of the GIL only for the moment of each
     # poll, and takes it back before a waiting thread can: the watchdog used
@@ -496,28 +518,16 @@ def test_the_watchdog_is_handed_the_gil_by_a_loop_of_short_steps(loop: corun.Eve
 
     observer = observe.enable(loop, serve=False)
 
-    async def short_steps(seconds: float) -> int:
-        steps = 0
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            await asyncio.sleep(0)
-            steps += 1
-        return steps
-
-    async def steps_in_tasks(seconds: float) -> int:
-        return sum(await asyncio.gather(*(short_steps(seconds) for _ in range(10))))
-
-    loop.run_until_complete(steps_in_tasks(0.2))  # the watchdog thread is up
+    _short_steps(loop, 0.2)  # the watchdog thread is up
     thread = MONITOR._thread
     assert thread is not None and thread.native_id is not None
-    accounting = observer.accounting
     before = _voluntary_switches(thread.native_id)
-    looks = accounting.hand_overs - accounting.hand_overs_missed
+    looks = _looks_taken(observer.accounting)
     started = time.monotonic()
-    steps = loop.run_until_complete(steps_in_tasks(2.0))
+    steps = _short_steps(loop, 2.0)
     switches = _voluntary_switches(thread.native_id) - before
     elapsed = time.monotonic() - started
-    looks = accounting.hand_overs - accounting.hand_overs_missed - looks
+    looks = _looks_taken(observer.accounting) - looks
     assert steps > 10_000
     # It looked, 11 or 12 times a second, and woke a few times per look (its
     # timer, a poll or two before the hand-over), not at each of the loop's
@@ -540,23 +550,12 @@ def test_a_loop_of_short_steps_rings_the_watchdog_for_its_looks_and_no_more(
     observer = observe.enable(loop, serve=False, stall_threshold=threshold)
     accounting = observer.accounting
 
-    async def short_steps(seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            await asyncio.sleep(0)
-
-    async def in_tasks(seconds: float) -> None:
-        await asyncio.gather(*(short_steps(seconds) for _ in range(10)))
-
-    def taken() -> int:  # hand-overs the watchdog came to (a missed one is tried again)
-        return accounting.hand_overs - accounting.hand_overs_missed
-
-    loop.run_until_complete(in_tasks(0.2))
-    bells, looks = accounting.look_bells, taken()
+    _short_steps(loop, 0.2)
+    bells, looks = accounting.look_bells, _looks_taken(accounting)
     started = time.monotonic()
-    loop.run_until_complete(in_tasks(2.5))
+    _short_steps(loop, 2.5)
     elapsed = time.monotonic() - started
-    bells, looks = accounting.look_bells - bells, taken() - looks
+    bells, looks = accounting.look_bells - bells, _looks_taken(accounting) - looks
     # A look every threshold less 10 ms (at least half a threshold), less a
     # quarter of that or 5 ms: 12 a second at 100 ms (14 with a bell for each
     # window's end), 267 at 10 ms.

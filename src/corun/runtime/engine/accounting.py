@@ -315,10 +315,10 @@ class LoopAccounting:
         # watchdog's next look, and a turn of the serving thread.
         self.look_due: float = _NEVER
         self.look_gate: Any = None
-        # What the loop sets to wake the watchdog for its look (a
-        # threading.Event): woken by its own timer instead, the watchdog
-        # would wait for the GIL while the loop runs, and every poll's
-        # release of the GIL would wake it in vain.
+        # What the loop sets to wake the watchdog for its look, when the
+        # watchdog gave one (a threading.Event, for looks close together):
+        # then it wakes with the GIL free rather than by its timer, to wait
+        # for the GIL while the loop runs. look_bells counts the rings.
         self.look_bell: Any = None
         self.look_bells: i64 = 0
         self.look_misses: i64 = 0
@@ -376,7 +376,7 @@ class LoopAccounting:
         thread, before a poll that would wait (or after one that does not,
         ``turn_grace`` past the turn), for at most ``turn_wait``; for a look of
         the watchdog, after a poll, for at most ``HANDOFF_TIMEOUT``, having
-        woken it with ``look_bell``. If the thread did not come (another took
+        rung its ``look_bell`` if it set one. If the thread did not come (another took
         the GIL first), the loop tries again at its next polls,
         ``HANDOFF_RETRIES`` times.
         """
