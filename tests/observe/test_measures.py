@@ -508,45 +508,102 @@ def _looks_taken(accounting: LoopAccounting) -> int:
     return accounting.hand_overs - accounting.hand_overs_missed
 
 
-def test_the_watchdog_is_handed_the_gil_by_a_loop_of_short_steps(loop: corun.EventLoop) -> None:
+def _without_alarm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Observers made from now on have no alarm: the watchdog looks by its timer."""
+    import corun.observe.observer as observer_module
+
+    def no_alarm(seconds: float) -> Any:
+        raise OSError("no timerfd (the test took it away)")
+
+    monkeypatch.setattr(observer_module, "Alarm", no_alarm)
+
+
+def test_an_alarm_rings_its_seconds_after_each_arming_and_not_before() -> None:
+    from corun.observe.alarm import Alarm
+
+    alarm = Alarm(0.05)
+    try:
+        started = time.monotonic()
+        alarm.arm()
+        time.sleep(0.03)
+        alarm.arm()  # pushed back: rings 50 ms from here, not from the first
+        time.sleep(0.035)
+        assert alarm.drain() == 0, "rang 65 ms after the first arming, 35 after the second"
+        time.sleep(0.03)
+        assert alarm.drain() == 1
+        assert time.monotonic() - started >= 0.08
+        alarm.set_seconds(0.01)
+        alarm.arm()
+        time.sleep(0.03)
+        assert alarm.drain() == 1 and alarm.rings == 2
+        assert alarm.drain() == 0  # one-shot
+    finally:
+        alarm.close()
+
+
+@pytest.mark.parametrize("with_alarm", [True, False], ids=["alarm", "timer"])
+def test_the_watchdog_is_handed_the_gil_by_a_loop_of_short_steps(
+    loop: corun.EventLoop, monkeypatch: pytest.MonkeyPatch, with_alarm: bool
+) -> None:
     # A loop of short steps lets go of the GIL only for the moment of each
     # poll, and takes it back before a waiting thread can: the watchdog used
     # to wait for it for hundreds of milliseconds at each look, woken in vain
     # by every poll (about 10,000 times a second, which cost the loop a
     # third more per step). Now the loop hands it over when a look is due.
+    # And with the alarm, the loop keeps pushing it back, so the watchdog
+    # wakes only for its duties (a window, the backstop), twice a second.
     from corun.observe.monitor import MONITOR
 
+    if not with_alarm:
+        _without_alarm(monkeypatch)
     observer = observe.enable(loop, serve=False)
+    accounting = observer.accounting
+    assert (observer.alarm is not None) is with_alarm
 
     _short_steps(loop, 0.2)  # the watchdog thread is up
     thread = MONITOR._thread
     assert thread is not None and thread.native_id is not None
     before = _voluntary_switches(thread.native_id)
-    looks = _looks_taken(observer.accounting)
+    looks, armed = _looks_taken(accounting), accounting.alarms
+    rings = observer.alarm.rings if observer.alarm is not None else 0
     started = time.monotonic()
     steps = _short_steps(loop, 2.0)
     switches = _voluntary_switches(thread.native_id) - before
     elapsed = time.monotonic() - started
-    looks = _looks_taken(observer.accounting) - looks
+    looks, armed = _looks_taken(accounting) - looks, accounting.alarms - armed
     assert steps > 10_000
-    # It looked, 11 or 12 times a second, and woke a few times per look (its
-    # timer, a poll or two before the hand-over), not at each of the loop's
-    # polls, thousands between two looks.
-    assert looks > 5 * elapsed, f"{looks} looks in {elapsed:.1f} s"
+    # It woke a few times per look (its timer, a poll or two before the
+    # hand-over), not at each of the loop's polls, thousands between two looks.
     assert switches <= 20 * looks, f"the watchdog woke {switches} times for {looks} looks"
+    if observer.alarm is None:
+        # A look every threshold less 10 ms: 11 or 12 a second.
+        assert looks > 5 * elapsed, f"{looks} looks in {elapsed:.1f} s"
+        assert armed == 0
+        return
+    rings = observer.alarm.rings - rings
+    # Set again every half threshold (50 ms), never rung by steps of microseconds
+    # (but the machine may take the loop's CPU away for that long, once).
+    assert 10 * elapsed < armed <= 20 * elapsed + 1, f"set {armed} times in {elapsed:.1f} s"
+    assert rings <= 1, f"rang {rings} times for steps of microseconds"
+    assert 1 * elapsed <= looks <= 3 * elapsed + 1, f"{looks} looks in {elapsed:.1f} s"
 
 
 @pytest.mark.parametrize(
     ("threshold", "most_looks", "rung"), [(0.1, 13.5, False), (0.01, 300, True)]
 )
-def test_a_loop_of_short_steps_rings_the_watchdog_for_its_looks_and_no_more(
-    loop: corun.EventLoop, threshold: float, most_looks: float, rung: bool
+def test_without_an_alarm_a_loop_of_short_steps_rings_the_watchdog_for_its_looks_and_no_more(
+    loop: corun.EventLoop,
+    monkeypatch: pytest.MonkeyPatch,
+    threshold: float,
+    most_looks: float,
+    rung: bool,
 ) -> None:
     # Woken by its own timer, the watchdog waits for the GIL while the loop
     # runs; for looks less than BELL_BELOW apart, the loop wakes it instead,
     # a little before the timer, at a poll. Duties due sooner than that (a
     # 1 s window's end) are done at the look a bell wakes: a bell for each
     # would make a look a millisecond.
+    _without_alarm(monkeypatch)
     observer = observe.enable(loop, serve=False, stall_threshold=threshold)
     accounting = observer.accounting
 

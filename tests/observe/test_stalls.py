@@ -11,13 +11,16 @@ import asyncio
 import math
 import socket
 import sys
+import threading
 import time
+from typing import Any
 
 import pytest
 
 import corun
 import corun.observe as observe
-from corun.observe import Stall
+from corun.observe import Stall, backstop
+from corun.observe.monitor import parse_faulthandler
 
 # Detection budget: the threshold plus 10 ms, at the 99th percentile.
 SLACK = 0.010
@@ -153,6 +156,52 @@ def test_a_c_call_holding_the_gil_is_caught_by_the_faulthandler_backstop(
     assert stall.stack[-1].endswith(" _c_call_holding_the_gil"), stall.stack
     assert any(line.endswith(" cruncher") for line in stall.stack)
     assert stall.duration >= 1.2
+
+
+def _take_dump() -> str:
+    file = backstop.dump_file()
+    file.seek(0)
+    text = file.read().decode("utf-8", "replace")
+    file.seek(0)
+    file.truncate()
+    return text
+
+
+@pytest.mark.parametrize("by_signal", [True, False], ids=["timer-signal", "faulthandler-thread"])
+def test_the_backstop_dumps_the_stacks_its_seconds_after_the_last_arming(
+    monkeypatch: pytest.MonkeyPatch, by_signal: bool
+) -> None:
+    # Re-armed, it waits its seconds again; disarmed, it never fires. Without
+    # POSIX timers (or with its signal taken), faulthandler's thread does it.
+    if not by_signal:
+
+        def no_timer(self: backstop.Backstop) -> Any:
+            raise OSError("no POSIX timers (the test took them away)")
+
+        monkeypatch.setattr(backstop.Backstop, "_signal_timer", no_timer)
+    dumper = backstop.Backstop(0.4)
+    assert dumper.by_signal is by_signal
+    _take_dump()
+    try:
+        dumper.arm()
+        time.sleep(0.2)
+        dumper.arm()
+        time.sleep(0.25)
+        assert _take_dump() == "", "dumped 0.45 s after the first arming, 0.25 after the second"
+        time.sleep(0.35)
+        stacks = parse_faulthandler(_take_dump())
+        here = stacks.get(threading.get_ident(), [])
+        assert any(
+            line.endswith(" test_the_backstop_dumps_the_stacks_its_seconds_after_the_last_arming")
+            for line in here
+        ), stacks
+        dumper.arm()
+        time.sleep(0.1)
+        dumper.disarm()
+        time.sleep(0.5)
+        assert _take_dump() == "", "dumped after it was disarmed"
+    finally:
+        dumper.close()
 
 
 def test_a_blocking_data_received_is_a_callback_stall(loop: corun.EventLoop) -> None:

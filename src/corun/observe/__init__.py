@@ -9,7 +9,9 @@ through an owner-only Unix socket. See ``docs/observe.md``.
 
 The pieces: ``observer.py`` (one loop: accounting read into snapshots, the
 stall watch), ``monitor.py`` (the process's watchdog thread and the
-faulthandler backstop), ``waits.py`` (what a task waits on), ``histogram.py``,
+faulthandler backstop), ``alarm.py`` (the timer each loop keeps pushing back,
+which wakes the watchdog), ``backstop.py`` (the timer that fires faulthandler's
+dump), ``waits.py`` (what a task waits on), ``histogram.py``,
 ``snapshot.py`` (the dataclasses), ``answers.py`` and ``prometheus.py`` (what
 the socket serves), ``metrics.py`` (the figures both exports report),
 ``otel.py`` (the optional OpenTelemetry instruments), ``server.py`` and ``client.py`` (the socket),

@@ -1,19 +1,22 @@
 """The process's watchdog thread: stalls, 1 s windows, the faulthandler backstop.
 
 One daemon thread serves every observed loop of the process. It sleeps until
-the running step of some loop would become a stall (at most half the stall
-threshold), then reads the loop's published step and, if it still runs,
-the loop thread's stack from ``sys._current_frames()``. It needs the GIL for
-that: a loop of short steps hands it over at a poll just after its timer
-(or, for looks due sooner than ``BELL_BELOW``, wakes it at a poll just before);
-a step that holds the GIL gives it up every switch interval (5 ms).
+a loop's alarm rings (``alarm.py``: the loop ran one step, or waited, for
+half a stall threshold), or its own timer for a step it saw, then reads the
+loop's published step and, if it still runs, the loop thread's stack from
+``sys._current_frames()``. It needs the GIL for that: a step that holds it
+gives it up every switch interval (5 ms). Its other duties, a 1 s window and
+the backstop's re-arming, wake it twice a second; for those, a loop of short
+steps hands it the GIL at a poll just after its timer. Without an alarm, it
+looks by its timer, at most half a threshold apart (and for looks due sooner
+than ``BELL_BELOW``, the loop wakes it at a poll just before).
 
 A C call that holds the GIL stops the watchdog too. For that case
-``faulthandler``'s own C thread is armed to dump every thread's stack after
-``BACKSTOP`` seconds, and re-armed from here every ``REARM`` (a quarter of it): while the
-watchdog runs, it never fires; once the GIL is stuck, it fires within
-``BACKSTOP``. The dump is read back when the GIL is free again and attached
-to the stall.
+``faulthandler`` is set to dump every thread's stack after ``BACKSTOP``
+seconds (``backstop.py``: a timer's signal), and re-armed from here every
+``REARM`` (half of it): while the watchdog runs, it never fires; once the GIL
+is stuck, it fires within ``BACKSTOP``. The dump is read back when the GIL is
+free again and attached to the stall.
 
 A part that fails is logged on the ``corun`` logger and switched off; the
 loop itself never sees the failure.
@@ -21,16 +24,16 @@ loop itself never sees the failure.
 
 from __future__ import annotations
 
-import faulthandler
 import gc
 import math
 import os
 import re
-import tempfile
+import select
 import threading
 import time
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from corun.observe.backstop import Backstop, dump_file
 from corun.observe.protocol import logger, name_this_thread
 from corun.runtime.engine.accounting import HANDOFF_TIMEOUT
 
@@ -41,8 +44,9 @@ if TYPE_CHECKING:
 
 #: Seconds a C call may hold the GIL before faulthandler dumps every stack.
 BACKSTOP: Final = 1.0
-#: How often the watchdog re-arms it while a loop runs, and so the longest it sleeps.
-REARM: Final = BACKSTOP / 4
+#: How often the watchdog re-arms it while a loop runs, and so the longest it
+#: sleeps: the other half second is the margin for a late wake.
+REARM: Final = BACKSTOP / 2
 #: Seconds between two windows of utilisation and CPU.
 WINDOW: Final = 1.0
 #: Below this wait between looks, a loop wakes the watchdog for its look
@@ -89,9 +93,11 @@ class Monitor:
     def __init__(self) -> None:
         self._observers: list[Observer] = []
         self._lock = threading.Lock()
-        self._wake = threading.Event()
+        self._wake = _Waker()
         self._thread: threading.Thread | None = None
         self._backstop_file: IO[bytes] | None = None
+        # Made on the watchdog's thread (its timer signals that thread), closed as it ends.
+        self._backstop: Backstop | None = None
         self._backstop_armed_at = 0.0
         self._gc_started: dict[int, float] = {}
         self._gc_installed = False
@@ -112,6 +118,9 @@ class Monitor:
         fds = set(self.server.fds()) if self.server else set()
         if self._backstop_file is not None:
             fds.add(self._backstop_file.fileno())
+        fds.add(self._wake.fd)
+        # A loop's alarm is closed when the watchdog sees the loop closed.
+        fds.update(o.alarm.fd for o in self.observers() if o.alarm is not None)
         return frozenset(fds)
 
     def observers(self) -> list[Observer]:
@@ -169,14 +178,15 @@ class Monitor:
                 with self._lock:
                     done = not self._observers
                     if done:
+                        # Before a new thread can start, and make its own.
+                        self._guarded("backstop", None, self._close_backstop)
                         self._thread = None
                 if done:
                     self._release_gates()
                     return
                 continue
             now = time.monotonic()
-            # Awake often enough to re-arm the backstop long before it can fire.
-            sleep = REARM
+            sleep = math.inf
             running = [o for o in observers if not self._retired(o) and o.running()]
             # A dump that fired is the stack of the stall that the watchdog is
             # about to see: read first. Re-arming comes after the looks, as it
@@ -187,6 +197,9 @@ class Monitor:
                 if not observer.closed:
                     sleep = min(sleep, self._guarded("watch", observer, observer.watch, now))
             self._guarded("backstop", None, self._arm_backstop, now, bool(running))
+            # Awake often enough to re-arm the backstop long before it can fire.
+            armed_at = self._backstop_armed_at
+            sleep = min(sleep, armed_at + REARM - now if armed_at else REARM)
             # Woken by a loop's bell up to LOOK_EARLY before a timed duty: done
             # now, as a wait shorter than that would be cut short by the bell again.
             if now >= next_window - LOOK_EARLY:
@@ -195,8 +208,19 @@ class Monitor:
                 next_window = now + WINDOW
             wait = max(0.001, min(sleep, next_window - now))
             self._publish_look(wait)
-            self._wake.wait(wait)
-            self._wake.clear()
+            self._sleep(wait, observers)
+
+    def _sleep(self, wait: float, observers: list[Observer]) -> None:
+        """Sleep ``wait`` seconds, or until woken (``_wake``) or a loop's alarm rings."""
+        alarms = [o.alarm for o in observers if o.alarm is not None and not o.closed]
+        poller = select.poll()
+        poller.register(self._wake.fd, select.POLLIN)
+        for alarm in alarms:
+            poller.register(alarm.fd, select.POLLIN)
+        poller.poll(math.ceil(wait * 1000))
+        self._wake.clear()
+        for alarm in alarms:
+            alarm.drain()
 
     # --- handing the GIL over ------------------------------------------------------
     #
@@ -341,17 +365,22 @@ class Monitor:
             self._disarm()
             return
         if now - self._backstop_armed_at >= REARM - LOOK_EARLY:
-            file = self._backstop_file
-            if file is None:
-                # Kept open for the life of the process: faulthandler writes to its fd.
-                file = self._backstop_file = tempfile.TemporaryFile()  # noqa: SIM115
-            faulthandler.dump_traceback_later(BACKSTOP, repeat=False, file=file, exit=False)
+            if self._backstop is None:
+                self._backstop = Backstop(BACKSTOP)
+                self._backstop_file = dump_file()
+            self._backstop.arm()
             self._backstop_armed_at = now
 
     def _disarm(self) -> None:
-        if self._backstop_armed_at:
-            faulthandler.cancel_dump_traceback_later()
-            self._backstop_armed_at = 0.0
+        if self._backstop_armed_at and self._backstop is not None:
+            self._backstop.disarm()
+        self._backstop_armed_at = 0.0
+
+    def _close_backstop(self) -> None:
+        backstop, self._backstop = self._backstop, None
+        self._backstop_armed_at = 0.0
+        if backstop is not None:
+            backstop.close()
 
     def _backstop_fired(self, text: str, fired: float) -> None:
         stacks = parse_faulthandler(text)
@@ -381,6 +410,24 @@ class Monitor:
         for observer in self._observers:
             if observer._thread_id == thread_id:
                 observer.accounting.gc_total += elapsed
+
+
+class _Waker:
+    """What wakes the watchdog from its sleep: an eventfd, beside the loops' alarms."""
+
+    def __init__(self) -> None:
+        self.fd: int = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+
+    def set(self) -> None:
+        """Wake the watchdog (from any thread)."""
+        os.eventfd_write(self.fd, 1)
+
+    def clear(self) -> None:
+        """Take the wakes so far."""
+        try:
+            os.eventfd_read(self.fd)
+        except BlockingIOError:
+            pass
 
 
 MONITOR: Final = Monitor()

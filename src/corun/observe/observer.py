@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Final
 
+from corun.observe.alarm import Alarm
 from corun.observe.histogram import LatencyHistogram
 from corun.observe.protocol import logger
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
@@ -169,6 +171,16 @@ class Observer:
         self._window_lag: LatencyHistogram = LatencyHistogram.empty()
         self._thread_id: int | None = None
         self._cpu_clock: int | None = None
+        #: The watchdog's alarm for this loop (alarm.py); None: looks by timer.
+        self.alarm: Alarm | None = None
+        try:
+            self.alarm = Alarm(stall_threshold)
+        except OSError as exc:
+            logger.info("corun.observe: no alarm (%s); the watchdog looks by its timer", exc)
+        else:
+            self.accounting.alarm = self.alarm.arm
+            self.accounting.alarm_every = stall_threshold / 2
+            self.accounting.alarm_at = 0.0  # set at the loop's next step or wait
         loop._set_accounting(self.accounting)
 
     # --- the public side ------------------------------------------------------
@@ -186,9 +198,15 @@ class Observer:
         loop = self._loop_ref()
         if loop is not None and loop._corun_accounting is self.accounting:
             loop._set_accounting(None)
+        # The loop sets the alarm under the GIL, and reads it first: once it
+        # is None, no setting is in flight, and the fd can go.
+        self.accounting.alarm = None
+        self.accounting.alarm_at = math.inf
         from corun.observe.monitor import MONITOR
 
         MONITOR.remove(self)
+        if self.alarm is not None:
+            self.alarm.close()
 
     def snapshot(self, *, stacks: bool = True) -> Snapshot:
         """Everything measured so far, frozen. Safe from any thread.
@@ -436,6 +454,11 @@ class Observer:
         """Change the stall threshold (seconds, checked by ``enable``)."""
         self.stall_threshold = seconds
         self.accounting.stall_threshold = seconds
+        if self.alarm is not None:
+            self.alarm.set_seconds(seconds)
+            self.accounting.alarm_every = seconds / 2
+            self.accounting.alarm_at = 0.0
+            self.accounting.alarm_due = 0.0  # as set, it rings for the old threshold
         from corun.observe.monitor import MONITOR
 
         MONITOR.look_now()  # the watchdog may sleep for the old threshold
@@ -503,15 +526,18 @@ class Observer:
         seq = accounting.step_seq
         start = accounting.step_start
         watch = self._watch
-        # While the loop waits or runs short steps, look this often: a step
-        # that starts right after a look is seen by the next one, in time to
-        # wake at its threshold. Not a whole threshold: a look may wait for
-        # the GIL (up to the 5 ms switch interval while a step computes), and
-        # a late first look makes a late detection: two switch intervals
-        # sooner. Each look takes the GIL from the loop: 11 a second at the
-        # default threshold.
+        # Without an alarm, while the loop waits or runs short steps, look
+        # this often: a step that starts right after a look is seen by the
+        # next one, in time to wake at its threshold. Not a whole threshold: a
+        # look may wait for the GIL (up to the 5 ms switch interval while a
+        # step computes), and a late first look makes a late detection: two
+        # switch intervals sooner. Each look takes the GIL from the loop: 11
+        # a second at the default threshold.
         threshold = self.stall_threshold
         idle = max(threshold / 2, threshold - 2 * sys.getswitchinterval())
+        # With one, the loop has set it to ring by the threshold of any step
+        # that starts, unless it rang already and was not set again since.
+        rung_in_time = accounting.alarm is not None and accounting.alarm_due > now
         if handle is None or watch is None or watch.seq != seq:
             if watch is not None:
                 # Its long step is taken below, or on a later look.
@@ -519,7 +545,10 @@ class Observer:
             self._watch = None if handle is None else _Watch(seq, now, self._thread_cpu())
             self._take_long_steps(now)
             if handle is None:
-                return idle
+                # A loop that waits sets the alarm again when it wakes, before its next step.
+                return math.inf if accounting.alarm is not None else idle
+            if rung_in_time:
+                return math.inf
             # Wake when the step would become a stall: a step that ends before
             # then is followed by one that started later, so none is missed.
             return max(0.0, start + self.stall_threshold - now)

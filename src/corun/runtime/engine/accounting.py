@@ -16,6 +16,8 @@ loop (``LoopBase._corun_accounting``). Then the loop:
 * keeps per-task counters in the task's own ``_corun_*`` fields;
 * keeps the time spent waiting for I/O (``io_wait_total``, and
   ``io_wait_since`` while a wait is in progress);
+* pushes back the watchdog's alarm as it goes (``arm_alarm``), so that the
+  watchdog wakes only for a step that may be a stall, or an idle loop;
 * lists the steps that ran longer than ``stall_threshold`` in ``long_steps``;
 * writes task spawns, exits and cancellations to the flight recorder
   (``EventRing``).
@@ -321,6 +323,14 @@ class LoopAccounting:
         # for the GIL while the loop runs. look_bells counts the rings.
         self.look_bell: Any = None
         self.look_bells: i64 = 0
+        # The watchdog's alarm (see ``arm_alarm``): what sets it to ring a
+        # stall threshold from now (None: no alarm, the watchdog looks by its
+        # own timer), when the loop sets it next, and when it rings as set.
+        self.alarm: Any = None
+        self.alarm_at: float = _NEVER
+        self.alarm_every: float = _NEVER
+        self.alarm_due: float = 0.0
+        self.alarms: i64 = 0
         self.look_misses: i64 = 0
         self.turn_due: float = _NEVER
         self.turn_gate: Any = None
@@ -406,6 +416,32 @@ class LoopAccounting:
         self.hand_over_seconds += end - now
         self.last_read = 0.0  # the wait is the other thread's, not the next step's
         return end
+
+    def arm_alarm(self, now: float) -> None:
+        """Set the watchdog's alarm to ring a stall threshold from ``now``; at most every ``alarm_every``.
+
+        The watchdog needs the GIL for a look, and a loop of short steps keeps
+        it: each look cost the loop a hand-over, 12 a second at the default
+        threshold, for 0.5 to 1 point of a server's CPU. So the watchdog
+        sleeps on a kernel timer, and the loop, at the end of a step or a
+        wait, sets it again every half threshold (a system call of about a
+        microsecond). It rings only when no step ended for half a threshold:
+        a step that may become a stall, or a loop that waits. A step starts
+        after the last setting, so a stall is rung by its threshold.
+        """
+        alarm = self.alarm
+        if alarm is None:
+            self.alarm_at = _NEVER
+            return
+        self.alarm_at = now + self.alarm_every
+        self.alarm_due = now + self.stall_threshold
+        self.alarms += 1
+        try:
+            alarm()
+        except Exception:
+            # The watchdog looks by its timer again (it reads alarm as None).
+            self.alarm = None
+            self.alarm_at = _NEVER
 
     def client_arrived(self, now: float) -> None:
         """A client connected to corun.observe's server (the loop's poll saw it): its turn is due.

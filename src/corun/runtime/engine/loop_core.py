@@ -128,6 +128,8 @@ def _check_io(loop: LoopCore, timeout: float | None, queue: deque[Handle]) -> No
         finally:
             accounting.io_wait_since = 0.0
         accounting.last_read = end
+        if end >= accounting.alarm_at:
+            accounting.arm_alarm(end)
         # An empty poll is the loop's own bookkeeping, not a wait.
         if waits:
             accounting.io_wait_total += end - start
@@ -206,6 +208,8 @@ def _run_handles_accounted(loop: LoopCore, accounting: LoopAccounting, todo: int
             handle._run()
             end = clock()
             duration = end - now
+            if end >= accounting.alarm_at:
+                accounting.arm_alarm(end)
             accounting.steps += 1
             accounting.busy += duration
             task = accounting.step_task
