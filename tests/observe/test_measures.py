@@ -508,14 +508,20 @@ def _looks_taken(accounting: LoopAccounting) -> int:
     return accounting.hand_overs - accounting.hand_overs_missed
 
 
-def _without_alarm(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Observers made from now on have no alarm: the watchdog looks by its timer."""
+def _without_alarm(loop: corun.EventLoop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Observers made from now on have no alarm: the watchdog looks by its timer.
+
+    The loop's observer from CORUN_OBSERVE=1, made with one, is closed.
+    """
     import corun.observe.observer as observer_module
 
     def no_alarm(seconds: float) -> Any:
         raise OSError("no timerfd (the test took it away)")
 
     monkeypatch.setattr(observer_module, "Alarm", no_alarm)
+    existing = observe.observer_of(loop)
+    if existing is not None:
+        existing.close()
 
 
 def test_an_alarm_rings_its_seconds_after_each_arming_and_not_before() -> None:
@@ -555,7 +561,7 @@ def test_the_watchdog_is_handed_the_gil_by_a_loop_of_short_steps(
     from corun.observe.monitor import MONITOR
 
     if not with_alarm:
-        _without_alarm(monkeypatch)
+        _without_alarm(loop, monkeypatch)
     observer = observe.enable(loop, serve=False)
     accounting = observer.accounting
     assert (observer.alarm is not None) is with_alarm
@@ -603,7 +609,7 @@ def test_without_an_alarm_a_loop_of_short_steps_rings_the_watchdog_for_its_looks
     # a little before the timer, at a poll. Duties due sooner than that (a
     # 1 s window's end) are done at the look a bell wakes: a bell for each
     # would make a look a millisecond.
-    _without_alarm(monkeypatch)
+    _without_alarm(loop, monkeypatch)
     observer = observe.enable(loop, serve=False, stall_threshold=threshold)
     accounting = observer.accounting
 

@@ -33,6 +33,7 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from corun.observe.alarm import Alarm
 from corun.observe.backstop import Backstop, dump_file
 from corun.observe.protocol import logger, name_this_thread
 from corun.runtime.engine.accounting import HANDOFF_TIMEOUT
@@ -94,6 +95,9 @@ class Monitor:
         self._observers: list[Observer] = []
         self._lock = threading.Lock()
         self._wake = _Waker()
+        # The watchdog's own timer (see _sleep), made on its first sleep.
+        self._timer: Alarm | None = None
+        self._no_timer = False
         self._thread: threading.Thread | None = None
         self._backstop_file: IO[bytes] | None = None
         # Made on the watchdog's thread (its timer signals that thread), closed as it ends.
@@ -119,6 +123,8 @@ class Monitor:
         if self._backstop_file is not None:
             fds.add(self._backstop_file.fileno())
         fds.add(self._wake.fd)
+        if self._timer is not None:
+            fds.add(self._timer.fd)
         # A loop's alarm is closed when the watchdog sees the loop closed.
         fds.update(o.alarm.fd for o in self.observers() if o.alarm is not None)
         return frozenset(fds)
@@ -217,10 +223,29 @@ class Monitor:
         poller.register(self._wake.fd, select.POLLIN)
         for alarm in alarms:
             poller.register(alarm.fd, select.POLLIN)
-        poller.poll(math.ceil(wait * 1000))
+        # Its own timer too, to the microsecond: poll's timeout is rounded up to
+        # a millisecond, and a loop waits at most that long for a look it hands
+        # the GIL over for (HANDOFF_TIMEOUT) from 0.2 ms past the time published.
+        timer = self._own_timer()
+        if timer is not None:
+            timer.set_seconds(wait)
+            timer.arm()
+            poller.register(timer.fd, select.POLLIN)
+            poller.poll()
+            timer.drain()
+        else:
+            poller.poll(math.ceil(wait * 1000))
         self._wake.clear()
         for alarm in alarms:
             alarm.drain()
+
+    def _own_timer(self) -> Alarm | None:
+        if self._timer is None and not self._no_timer:
+            try:
+                self._timer = Alarm(REARM)
+            except OSError:
+                self._no_timer = True
+        return self._timer
 
     # --- handing the GIL over ------------------------------------------------------
     #
