@@ -98,6 +98,9 @@ class Monitor:
         # The watchdog's own timer (see _sleep), made on its first sleep.
         self._timer: Alarm | None = None
         self._no_timer = False
+        # Alarms of loops no longer observed, closed by the watchdog's thread:
+        # it may be reading one (see retire_alarm).
+        self._retired_alarms: list[Alarm] = []
         self._thread: threading.Thread | None = None
         self._backstop_file: IO[bytes] | None = None
         # Made on the watchdog's thread (its timer signals that thread), closed as it ends.
@@ -127,6 +130,8 @@ class Monitor:
             fds.add(self._timer.fd)
         # A loop's alarm is closed when the watchdog sees the loop closed.
         fds.update(o.alarm.fd for o in self.observers() if o.alarm is not None)
+        with self._lock:
+            fds.update(alarm.fd for alarm in self._retired_alarms)
         return frozenset(fds)
 
     def observers(self) -> list[Observer]:
@@ -156,6 +161,26 @@ class Monitor:
         # and without a hand-over it would wait long for the GIL.
         self._publish_look(0.0)
 
+    def retire_alarm(self, alarm: Alarm) -> None:
+        """Close ``alarm`` (its loop no longer arms it) once the watchdog cannot be reading it.
+
+        The watchdog reads the alarms it slept on after it wakes: closed by
+        another thread meanwhile, the number could be a new file's, and the
+        watchdog would read from it. So its own thread closes them.
+        """
+        with self._lock:
+            self._retired_alarms.append(alarm)
+            watching = self._thread is not None and self._thread.is_alive()
+        if not watching:
+            self._close_retired_alarms()
+        self._wake.set()
+
+    def _close_retired_alarms(self) -> None:
+        with self._lock:
+            alarms, self._retired_alarms = self._retired_alarms, []
+        for alarm in alarms:
+            alarm.close()
+
     def remove(self, observer: Observer) -> None:
         """Stop watching ``observer``'s loop."""
         with self._lock:
@@ -179,6 +204,7 @@ class Monitor:
         name_this_thread("corun-watchdog")
         next_window = time.monotonic() + WINDOW
         while True:
+            self._close_retired_alarms()
             observers = self.observers()
             if not observers:
                 with self._lock:
@@ -187,7 +213,10 @@ class Monitor:
                         # Before a new thread can start, and make its own.
                         self._guarded("backstop", None, self._close_backstop)
                         self._thread = None
+                        alarms, self._retired_alarms = self._retired_alarms, []
                 if done:
+                    for alarm in alarms:
+                        alarm.close()
                     self._release_gates()
                     return
                 continue

@@ -206,7 +206,7 @@ class Observer:
 
         MONITOR.remove(self)
         if self.alarm is not None:
-            self.alarm.close()
+            MONITOR.retire_alarm(self.alarm)
 
     def snapshot(self, *, stacks: bool = True) -> Snapshot:
         """Everything measured so far, frozen. Safe from any thread.
