@@ -50,6 +50,37 @@ def _calls() -> tuple[Callable[..., int], Callable[..., int]]:
     return create, settime
 
 
+@functools.cache
+def _read_call() -> Callable[..., int] | None:
+    try:
+        read = ctypes.PyDLL(None, use_errno=True).read
+    except (AttributeError, OSError):
+        return None
+    read.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+    read.restype = ctypes.c_ssize_t
+    return read
+
+
+def read_count(fd: int) -> int:
+    """The count a timerfd or eventfd holds (taken: the fd stops being readable), or 0.
+
+    Read without letting go of the GIL. The watchdog reads its fds after it
+    wakes, and ``os.read`` lets go of the GIL: while a step holds it, taking
+    it back cost a switch interval (5 ms) per read, before the watchdog could
+    look at the step.
+    """
+    read = _read_call()
+    if read is None:
+        try:
+            return int.from_bytes(os.read(fd, 8), "little")
+        except OSError:  # nothing to read, or closed
+            return 0
+    count = ctypes.c_uint64()
+    if read(fd, ctypes.byref(count), 8) != 8:
+        return 0
+    return count.value
+
+
 class Alarm:
     """A one-shot timer on a file descriptor, set to ring ``seconds`` after each ``arm()``.
 
@@ -84,11 +115,9 @@ class Alarm:
 
     def drain(self) -> int:
         """Take the rings since the last drain (0 if none): the fd stops being readable."""
-        try:
-            data = os.read(self.fd, 8)
-        except (BlockingIOError, OSError):
+        if self.fd < 0:
             return 0
-        rang = int.from_bytes(data, "little")
+        rang = read_count(self.fd)
         self.rings += rang
         return rang
 

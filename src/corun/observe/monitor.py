@@ -33,7 +33,7 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from corun.observe.alarm import Alarm
+from corun.observe.alarm import Alarm, read_count
 from corun.observe.backstop import Backstop, dump_file
 from corun.observe.protocol import logger, name_this_thread
 from corun.runtime.engine.accounting import HANDOFF_TIMEOUT
@@ -204,7 +204,6 @@ class Monitor:
         name_this_thread("corun-watchdog")
         next_window = time.monotonic() + WINDOW
         while True:
-            self._close_retired_alarms()
             observers = self.observers()
             if not observers:
                 with self._lock:
@@ -241,6 +240,9 @@ class Monitor:
                 for observer in observers:
                     self._guarded("window", observer, observer.window, now)
                 next_window = now + WINDOW
+            # After the looks: closing an fd lets go of the GIL, which a step
+            # holding it gives back only after a switch interval.
+            self._close_retired_alarms()
             wait = max(0.001, min(sleep, next_window - now))
             self._publish_look(wait)
             self._sleep(wait, observers)
@@ -478,10 +480,7 @@ class _Waker:
 
     def clear(self) -> None:
         """Take the wakes so far."""
-        try:
-            os.eventfd_read(self.fd)
-        except BlockingIOError:
-            pass
+        read_count(self.fd)
 
 
 MONITOR: Final = Monitor()
