@@ -35,6 +35,12 @@ class Itimerspec(ctypes.Structure):
 
     _fields_ = (("it_interval", _Timespec), ("it_value", _Timespec))
 
+    def expire_after(self, seconds: float) -> None:
+        """Set the first expiry ``seconds`` after the setting, once (0: the timer is disarmed)."""
+        whole = math.floor(seconds)
+        self.it_value.tv_sec = whole
+        self.it_value.tv_nsec = min(999_999_999, round((seconds - whole) * 1e9))
+
 
 @functools.cache
 def _calls() -> tuple[Callable[..., int], Callable[..., int]]:
@@ -108,10 +114,8 @@ class Alarm:
 
     def set_seconds(self, seconds: float) -> None:
         """Ring ``seconds`` after each arming from now on."""
-        whole = math.floor(seconds)
-        self._spec.it_value.tv_sec = whole
-        # Never zero: a zero it_value disarms the timer.
-        self._spec.it_value.tv_nsec = min(999_999_999, max(1, round((seconds - whole) * 1e9)))
+        # Never zero: that would disarm it.
+        self._spec.expire_after(max(seconds, 1e-9))
 
     def drain(self) -> int:
         """Take the rings since the last drain (0 if none): the fd stops being readable."""

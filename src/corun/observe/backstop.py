@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import functools
-import math
 import signal
 import tempfile
 import threading
@@ -78,6 +77,11 @@ def dump_file() -> IO[bytes]:
     return _file
 
 
+def dump_file_made() -> IO[bytes] | None:
+    """The dumps' file, if one was made (without making it)."""
+    return _file
+
+
 class Backstop:
     """Dumps every thread's stack into ``dump_file()`` ``seconds`` after ``arm()``, unless armed again first.
 
@@ -127,9 +131,7 @@ class Backstop:
     def _set(self, seconds: float) -> None:
         assert self._timer is not None
         spec = Itimerspec()
-        whole = math.floor(seconds)
-        spec.it_value.tv_sec = whole
-        spec.it_value.tv_nsec = round((seconds - whole) * 1e9)  # both zero: disarmed
+        spec.expire_after(seconds)  # 0: disarmed
         _, settime, _ = _calls()
         if settime(self._timer, 0, ctypes.byref(spec), None) != 0:
             raise OSError(ctypes.get_errno(), "timer_settime failed")

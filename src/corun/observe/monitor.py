@@ -31,10 +31,10 @@ import re
 import select
 import threading
 import time
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from corun.observe.alarm import Alarm, read_count
-from corun.observe.backstop import Backstop, dump_file
+from corun.observe.backstop import Backstop, dump_file_made
 from corun.observe.protocol import logger, name_this_thread
 from corun.runtime.engine.accounting import HANDOFF_TIMEOUT
 
@@ -102,7 +102,6 @@ class Monitor:
         # it may be reading one (see retire_alarm).
         self._retired_alarms: list[Alarm] = []
         self._thread: threading.Thread | None = None
-        self._backstop_file: IO[bytes] | None = None
         # Made on the watchdog's thread (its timer signals that thread), closed as it ends.
         self._backstop: Backstop | None = None
         self._backstop_armed_at = 0.0
@@ -123,8 +122,9 @@ class Monitor:
         backstop's file: opened once, by the first observed loop, and kept.
         """
         fds = set(self.server.fds()) if self.server else set()
-        if self._backstop_file is not None:
-            fds.add(self._backstop_file.fileno())
+        file = dump_file_made()
+        if file is not None:
+            fds.add(file.fileno())
         fds.add(self._wake.fd)
         if self._timer is not None:
             fds.add(self._timer.fd)
@@ -212,10 +212,9 @@ class Monitor:
                         # Before a new thread can start, and make its own.
                         self._guarded("backstop", None, self._close_backstop)
                         self._thread = None
-                        alarms, self._retired_alarms = self._retired_alarms, []
                 if done:
-                    for alarm in alarms:
-                        alarm.close()
+                    # Retired from now on, they are closed where they are retired.
+                    self._close_retired_alarms()
                     self._release_gates()
                     return
                 continue
@@ -399,7 +398,7 @@ class Monitor:
 
     def _take_backstop_dump(self, now: float) -> None:
         """Read the faulthandler's dump, if it can have fired since it was armed."""
-        file = self._backstop_file
+        file = dump_file_made()
         # It fires BACKSTOP after being armed: before then, the file needs no
         # look (os.fstat gives up the GIL).
         if file is None or not self._backstop_armed_at or now < self._backstop_armed_at + BACKSTOP:
@@ -423,7 +422,6 @@ class Monitor:
         if now - self._backstop_armed_at >= REARM - LOOK_EARLY:
             if self._backstop is None:
                 self._backstop = Backstop(BACKSTOP)
-                self._backstop_file = dump_file()
             self._backstop.arm()
             self._backstop_armed_at = now
 
