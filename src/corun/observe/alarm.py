@@ -1,9 +1,8 @@
 """The watchdog's alarm: a kernel timer that a running loop keeps pushing back.
 
 The watchdog needs the GIL for every look at a loop, and a loop of short
-steps hands it over only at a poll: at the default threshold, 12 looks a
-second cost the loop 0.5 to 1 point of a server's CPU, though none found
-anything. So each observed loop has a ``timerfd``: the loop sets it to ring a
+steps hands it over only at a poll: at the default threshold, 12 looks and
+hand-overs a second, though none could find a stall. So each observed loop has a ``timerfd``: the loop sets it to ring a
 stall threshold ahead, again every half threshold while its steps end
 (``LoopAccounting.arm_alarm``), and the watchdog sleeps on it without the
 GIL. It rings only when the loop has run one step, or waited, for half a

@@ -422,7 +422,7 @@ class LoopAccounting:
 
         The watchdog needs the GIL for a look, and a loop of short steps keeps
         it: each look cost the loop a hand-over, 12 a second at the default
-        threshold, for 0.5 to 1 point of a server's CPU. So the watchdog
+        threshold, though none could find a stall. So the watchdog
         sleeps on a kernel timer, and the loop, at the end of a step or a
         wait, sets it again every half threshold (a system call of about a
         microsecond). It rings only when no step ended for half a threshold:
