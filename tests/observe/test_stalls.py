@@ -8,6 +8,7 @@ function on the stack, computing or parked, and the final duration.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import math
 import socket
 import sys
@@ -116,21 +117,19 @@ def test_a_busy_loop_is_a_computing_stall_seen_while_it_runs(loop: corun.EventLo
     assert _p99_delay(stalls) <= budget, _delays(stalls)
 
 
-def _numbers_to_sum_for(seconds: float) -> int:
-    # Timed three times, the fastest: a slow one (the host took the CPU)
-    # would make the call too short. Done before the loop runs: inside the
-    # step, the timing itself would be a stall.
-    per_million = math.inf
-    for _ in range(3):
-        start = time.perf_counter()
-        sum(range(10**6))
-        per_million = min(per_million, time.perf_counter() - start)
-    return int(seconds / per_million * 10**6)
+class _Timespec(ctypes.Structure):
+    _fields_ = (("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long))
 
 
-def _c_call_holding_the_gil(numbers: int) -> int:
-    # sum() over a range runs in C without ever releasing the GIL.
-    return sum(range(numbers))
+def _c_call_holding_the_gil(seconds: float) -> None:
+    # A C call that blocks and never lets go of the GIL, as a C extension
+    # that forgets Py_BEGIN_ALLOW_THREADS does: PyDLL keeps the GIL across
+    # the call. A fixed wall time, not a CPU loop sized by a calibration
+    # that a busy host can make too short.
+    nanosleep = ctypes.PyDLL(None, use_errno=True).nanosleep
+    whole = int(seconds)
+    request = _Timespec(whole, int((seconds - whole) * 1e9))
+    assert nanosleep(ctypes.byref(request), None) == 0, ctypes.get_errno()
 
 
 def test_a_c_call_holding_the_gil_is_caught_by_the_faulthandler_backstop(
@@ -138,24 +137,21 @@ def test_a_c_call_holding_the_gil_is_caught_by_the_faulthandler_backstop(
 ) -> None:
     observer = observe.enable(loop, stall_threshold=0.05, serve=False)
 
-    numbers = _numbers_to_sum_for(2.0)
-
     async def cruncher() -> None:
         # Let the watchdog arm the backstop while the loop runs.
         await asyncio.sleep(0.4)
-        _c_call_holding_the_gil(numbers)
+        _c_call_holding_the_gil(1.6)
 
     started = time.monotonic()
     loop.run_until_complete(asyncio.ensure_future(cruncher(), loop=loop))
-    held = time.monotonic() - started - 0.4
-    assert held > 1.2, "the C call was too quick to test the backstop"
+    assert time.monotonic() - started >= 2.0
     (stall,) = _wait_for_stalls(observer, 1)
     assert stall.backstop, stall
     # faulthandler dumped the stacks within BACKSTOP (1 s) of the GIL getting stuck.
     assert stall.detected_after is not None and stall.detected_after <= 1.05, stall
     assert stall.stack[-1].endswith(" _c_call_holding_the_gil"), stall.stack
     assert any(line.endswith(" cruncher") for line in stall.stack)
-    assert stall.duration >= 1.2
+    assert stall.duration >= 1.6
 
 
 def _take_dump() -> str:
