@@ -460,26 +460,17 @@ def test_reused_fd_number_registered_without_remove(loop, fds, request, loop_kin
                 strict=True,
             )
         )
-    r, w = os.pipe()
+    r, w = fds.pipe()
     loop.add_reader(r, lambda: None)
     spin(loop)
-    os.close(r)
-    os.close(w)
-    r2, w2 = fds.pipe()
-    # Another thread may close an fd meanwhile (corun.observe's watchdog closes
-    # a closed loop's alarm): the pipe then takes that lower number. Hold it,
-    # and take the next.
-    held = []
-    while r2 < r and w2 != r and len(held) < 8:
-        held.append((r2, w2))
-        r2, w2 = fds.pipe()
-    for spare in held:
-        fds.close(spare[0])
-        fds.close(spare[1])
-    if r2 != r:
-        fds.close(r2)
-        fds.close(w2)
-        pytest.skip("the fd number was not reused")
+    fds.close(w)
+    fresh, w2 = fds.pipe()
+    # dup2 closes the old pipe's number and gives it to the new pipe in one
+    # step: closing it first would let another thread (corun.observe's
+    # watchdog opens and closes fds) take the number in between.
+    r2 = os.dup2(fresh, r)
+    fds.close(fresh)
+    assert r2 == r
     got = []
     loop.add_reader(r2, lambda: got.append(os.read(r2, 10)))
     os.write(w2, b"reused")
