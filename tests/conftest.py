@@ -240,10 +240,13 @@ class LoopChecker:
         gc.collect()
         if self.errors.contexts:
             problems.append(f"unexpected exception handler calls: {self.errors.describe()}")
+        # Observation's fds first: one it closes meanwhile (a closed loop's
+        # alarm, on the watchdog's thread) is then listed, or gone from /proc.
+        observes = _observe_fds()
         leaked = {
             fd: path
             for fd, path in open_fds().items()
-            if fd not in self.fds_before and fd not in _observe_fds()
+            if fd not in self.fds_before and fd not in observes
         }
         if leaked:
             problems.append(f"file descriptors leaked: {leaked}")

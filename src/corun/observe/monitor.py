@@ -176,10 +176,12 @@ class Monitor:
         self._wake.set()
 
     def _close_retired_alarms(self) -> None:
+        # Closed under the lock: ``own_fds`` then finds each alarm listed or
+        # closed, never between the two.
         with self._lock:
-            alarms, self._retired_alarms = self._retired_alarms, []
-        for alarm in alarms:
-            alarm.close()
+            for alarm in self._retired_alarms:
+                alarm.close()
+            self._retired_alarms = []
 
     def remove(self, observer: Observer) -> None:
         """Stop watching ``observer``'s loop."""
