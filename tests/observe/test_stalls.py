@@ -117,19 +117,13 @@ def test_a_busy_loop_is_a_computing_stall_seen_while_it_runs(loop: corun.EventLo
     assert _p99_delay(stalls) <= budget, _delays(stalls)
 
 
-class _Timespec(ctypes.Structure):
-    _fields_ = (("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long))
-
-
-def _c_call_holding_the_gil(seconds: float) -> None:
+def _c_call_holding_the_gil(microseconds: int) -> None:
     # A C call that blocks and never lets go of the GIL, as a C extension
     # that forgets Py_BEGIN_ALLOW_THREADS does: PyDLL keeps the GIL across
     # the call. A fixed wall time, not a CPU loop sized by a calibration
     # that a busy host can make too short.
-    nanosleep = ctypes.PyDLL(None, use_errno=True).nanosleep
-    whole = int(seconds)
-    request = _Timespec(whole, int((seconds - whole) * 1e9))
-    assert nanosleep(ctypes.byref(request), None) == 0, ctypes.get_errno()
+    usleep = ctypes.PyDLL(None, use_errno=True).usleep
+    assert usleep(microseconds) == 0, ctypes.get_errno()
 
 
 def test_a_c_call_holding_the_gil_is_caught_by_the_faulthandler_backstop(
@@ -140,7 +134,7 @@ def test_a_c_call_holding_the_gil_is_caught_by_the_faulthandler_backstop(
     async def cruncher() -> None:
         # Let the watchdog arm the backstop while the loop runs.
         await asyncio.sleep(0.4)
-        _c_call_holding_the_gil(1.6)
+        _c_call_holding_the_gil(1_600_000)
 
     started = time.monotonic()
     loop.run_until_complete(asyncio.ensure_future(cruncher(), loop=loop))

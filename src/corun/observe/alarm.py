@@ -2,11 +2,12 @@
 
 The watchdog needs the GIL for every look at a loop, and a loop of short
 steps hands it over only at a poll: at the default threshold, 12 looks and
-hand-overs a second, though none could find a stall. So each observed loop has a ``timerfd``: the loop sets it to ring a
-stall threshold ahead, again every half threshold while its steps end
-(``LoopAccounting.arm_alarm``), and the watchdog sleeps on it without the
-GIL. It rings only when the loop has run one step, or waited, for half a
-threshold: the only times a look can find a stall.
+hand-overs a second, though none could find a stall. So each observed loop
+has a ``timerfd``: the loop sets it to ring a stall threshold ahead, again
+every half threshold while its steps end (``LoopAccounting.arm_alarm``), and
+the watchdog sleeps on it without the GIL. It rings only when the loop has
+run one step, or waited, for half a threshold: the only times a look can find
+a stall.
 
 Linux's ``timerfd_create`` and ``timerfd_settime``, through ``ctypes``
 (``os.timerfd_create`` is Python 3.13's). Where they are missing, the
