@@ -405,6 +405,23 @@ def test_the_ring_keeps_texts_and_numbers_whole_or_cut_cleanly() -> None:
     assert [e[4] for e in ring.events()][:2] == [second[4], third[4]]
 
 
+def test_the_ring_writes_a_default_task_name_as_its_number() -> None:
+    ring = EventRing(16)
+    ring.add_task(1, 3, 2, 41, 1.5)  # a spawn of "Task-41", written without a text
+    ring.add_task(7, 3, 5, 41, 2.5)  # its exit: the outcome is in the kind
+    ring.add_task(8, 4, 1, "named", 3.5)
+    assert ring.events() == [
+        (1.5, 1, 3, 2, "Task-41"),
+        (2.5, 2, 3, 5, "Task-41 FINISHED"),
+        (3.5, 2, 4, 1, "named CANCELLED"),
+    ]
+    # The text column is not read for a numbered event: an old text there stays hidden.
+    for number in range(16):
+        ring.add(6, number, 0, "x" * 70, 4.0)
+    ring.add_task(1, 1, 0, 7, 5.0)
+    assert ring.events()[-1] == (5.0, 1, 1, 0, "Task-7")
+
+
 def test_spawn_exit_and_cancel_events(loop: corun.EventLoop) -> None:
     observer = observe.enable(loop, serve=False)
 
@@ -444,6 +461,34 @@ def test_spawn_exit_and_cancel_events(loop: corun.EventLoop) -> None:
     assert born.text.startswith("Task-")
     # Events in a step are stamped from the step's start (one clock read for both).
     assert all(before <= e.time <= after for e in events), [(e.kind, e.time) for e in events]
+
+
+def test_default_names_read_back_as_get_name_gives_them(loop: corun.EventLoop) -> None:
+    # Such a name is written as its number until something asks for it, and
+    # as its text after: both read back as the same name.
+    observer = observe.enable(loop, serve=False)
+
+    async def quiet() -> None:
+        await asyncio.sleep(0)
+
+    async def asked() -> str:
+        await asyncio.sleep(0)
+        return asyncio.current_task().get_name()  # type: ignore[union-attr]
+
+    async def main() -> tuple[asyncio.Task[None], str]:
+        first = asyncio.get_running_loop().create_task(quiet())
+        name = await asyncio.get_running_loop().create_task(asked())
+        await first
+        return first, name
+
+    first, asked_name = loop.run_until_complete(main())
+    events = [(e.kind, e.text) for e in observer.events()]
+    quiet_name = first.get_name()
+    assert quiet_name.startswith("Task-") and asked_name.startswith("Task-")
+    assert int(asked_name[5:]) == int(quiet_name[5:]) + 1
+    for name in (quiet_name, asked_name):
+        assert ("spawn", name) in events, events
+        assert ("exit", f"{name} FINISHED") in events, events
 
 
 # A child process: a crash there fails the test instead of killing the test run.

@@ -84,6 +84,22 @@ def test_default_names_are_unique(loop):
     run(loop, asyncio.gather(*tasks))
 
 
+def test_default_names_are_numbered_at_creation_though_made_when_asked(loop):
+    # The text "Task-N" is made on the first get_name() (or repr), but N is
+    # the task's place in the order of creation, not of asking.
+    async def coro():
+        pass
+
+    first, second, third = (loop.create_task(coro()) for _ in range(3))
+    later = int(third.get_name().removeprefix("Task-"))
+    assert second.get_name() == f"Task-{later - 1}"
+    assert f"name='Task-{later - 2}'" in repr(first)
+    assert first.get_name() is first.get_name()  # made once
+    second.set_name("renamed")
+    assert second.get_name() == "renamed"
+    run(loop, asyncio.gather(first, second, third))
+
+
 def test_get_coro(loop):
     async def coro():
         pass

@@ -129,15 +129,17 @@ class Histogram:
 #
 # Fixed columns of native numbers, written round and round: their size is the
 # recorder's whole memory. An event is one slot of each column: its wall-clock
-# time, its kind, two numbers a and b, and a text in UTF-8 (cut at MAX_TEXT
-# bytes) with its length. Writing one is a handful of native stores and a copy
-# of the text's bytes, a quarter of what packing a struct cost (which parsed
-# its arguments and boxed the numbers for every task's spawn and exit).
+# time, its kind, three numbers a, b and c, and a text in UTF-8 (cut at
+# MAX_TEXT bytes) with its length. Writing one is a handful of native stores
+# and a copy of the text's bytes, a quarter of what packing a struct cost
+# (which parsed its arguments and boxed the numbers for every task's spawn and
+# exit). A task with a default name is written as its number, in c, with no
+# text at all: encoding the name made a bytes object for every spawn and exit.
 #: The longest text an event keeps, in bytes; longer ones are cut.
 MAX_TEXT: Final = 70
-#: Bytes per event: the time (8), kind (1), text length (1), a and b (16), text.
-SLOT: Final = 26 + MAX_TEXT
-#: Slots in a recorder: 10,880 events in 1 MiB, headers included.
+#: Bytes per event: the time (8), kind (1), text length (1), a, b and c (24), text.
+SLOT: Final = 34 + MAX_TEXT
+#: Slots in a recorder: 10,042 events in 1 MiB, headers included.
 SLOTS: Final = ((1 << 20) - 4096) // SLOT
 
 SPAWN: Final = 1  # a: task id, b: parent id, text: name
@@ -151,6 +153,8 @@ NOTE: Final = 6  # a, b: 0, text: anything else (an observer that failed)
 # the text would build a new string for every task.
 _EXIT_FINISHED: Final = 7
 _EXIT_CANCELLED: Final = 8
+# Added to a kind: the event's text is the default task name "Task-{c}".
+_NUMBERED: Final = 128
 
 KIND_NAMES: Final = {
     SPAWN: "spawn",
@@ -183,9 +187,12 @@ class EventRing:
         self.sizes: vec[u8] = vec[u8](bytes(slots))
         self.a: vec[i64] = vec[i64]([0] * slots)
         self.b: vec[i64] = vec[i64]([0] * slots)
+        self.c: vec[i64] = vec[i64]([0] * slots)
         self.text: vec[u8] = vec[u8](bytes(slots * MAX_TEXT))
-        #: Events ever written; the next one goes to slot written % slots.
+        #: Events ever written; the next one goes to slot written % slots,
+        #: which is kept as next_slot (a division per event costs more).
         self.written: i64 = 0
+        self.next_slot: i64 = 0
 
     def add(self, kind: int, a: int, b: int, text: str, stamp: float = -1.0) -> None:
         """Write an event over the oldest one (``a`` and ``b`` count as 0 if negative or over 2**62).
@@ -206,17 +213,41 @@ class EventRing:
         size: i64 = len(data)
         if size > MAX_TEXT:
             size = MAX_TEXT
-        slot: i64 = self.written % self.slots
-        self.stamps[slot] = stamp
-        self.kinds[slot] = u8(kind & 255)
+        slot = self._numbers(
+            kind & 127, a if 0 <= a <= _MAX_FIELD else 0, b if 0 <= b <= _MAX_FIELD else 0, 0, stamp
+        )
         self.sizes[slot] = u8(size)
-        self.a[slot] = a if 0 <= a <= _MAX_FIELD else 0
-        self.b[slot] = b if 0 <= b <= _MAX_FIELD else 0
         base: i64 = slot * MAX_TEXT
         out = self.text
         for offset in range(size):
             out[base + offset] = data[offset]
         self.written += 1
+
+    def add_task(self, kind: i64, a: i64, b: i64, name: str | int, stamp: float = -1.0) -> None:
+        """``add`` for an event about a task: ``name`` is its name, or the number of a default one.
+
+        Task ids, step counts and name numbers are counters: they fit i64,
+        whose arguments the compiled code takes without the checks of ``add``.
+        """
+        if isinstance(name, str):
+            self.add(kind, a, b, name, stamp)
+            return
+        if stamp < 0.0:
+            stamp = _wall()
+        slot = self._numbers((kind & 127) | _NUMBERED, a, b, name, stamp)
+        self.sizes[slot] = 0
+        self.written += 1
+
+    def _numbers(self, kind: i64, a: i64, b: i64, c: i64, stamp: float) -> i64:
+        """Write an event's numbers into the next slot (not yet counted as written); the slot."""
+        slot = self.next_slot
+        self.next_slot = slot + 1 if slot + 1 < self.slots else 0
+        self.stamps[slot] = stamp
+        self.kinds[slot] = u8(kind)
+        self.a[slot] = a
+        self.b[slot] = b
+        self.c[slot] = c
+        return slot
 
     def held(self) -> tuple[int, int]:
         """The numbers of the oldest event held and of the next to be written."""
@@ -227,7 +258,7 @@ class EventRing:
         """The events numbered ``first`` to ``stop`` (default: all held), oldest first.
 
         Each is ``(time, kind, a, b, text)``. A reader in another thread takes
-        them in slices (see ``held``): decoding all 10,880 in one call would
+        them in slices (see ``held``): decoding all 10,042 in one call would
         hold the GIL for milliseconds. Events overwritten meanwhile are skipped.
         """
         oldest, written = self.held()
@@ -241,6 +272,7 @@ class EventRing:
             kind: int = self.kinds[slot]
             a: int = self.a[slot]
             b: int = self.b[slot]
+            c: int = self.c[slot]
             base: i64 = slot * MAX_TEXT
             size: i64 = i64(self.sizes[slot])
             data = bytes(self.text[base : base + size])
@@ -248,7 +280,11 @@ class EventRing:
             # it while this thread let go of the GIL (at an allocation).
             if number < self.written - slots:
                 continue
-            text = data.decode("utf-8", "replace")
+            if kind & _NUMBERED:
+                kind &= 127
+                text = f"Task-{c}"
+            else:
+                text = data.decode("utf-8", "replace")
             if kind in (_EXIT_FINISHED, _EXIT_CANCELLED):
                 outcome = "FINISHED" if kind == _EXIT_FINISHED else "CANCELLED"
                 kind, text = EXIT, f"{text} {outcome}"
@@ -485,16 +521,16 @@ class LoopAccounting:
                 (self.step_seq, owner, start, duration, self.gc_total - self.step_gc)
             )
 
-    def task_spawned(self, task_id: int, parent_id: int, name: str) -> None:
-        """Record a new task."""
+    def task_spawned(self, task_id: int, parent_id: int, name: str | int) -> None:
+        """Record a new task (``name``: its name, or the number of a default one)."""
         self.tasks_spawned += 1
-        self.recorder.add(SPAWN, task_id, parent_id, name, self._step_stamp())
+        self.recorder.add_task(SPAWN, task_id, parent_id, name, self._step_stamp())
 
-    def task_exited(self, task_id: int, steps: int, name: str, outcome: str) -> None:
+    def task_exited(self, task_id: int, steps: int, name: str | int, outcome: str) -> None:
         """Record a task that finished."""
         self.tasks_exited += 1
         kind = _EXIT_CANCELLED if outcome == "CANCELLED" else _EXIT_FINISHED
-        self.recorder.add(kind, task_id, steps, name, self._step_stamp())
+        self.recorder.add_task(kind, task_id, steps, name, self._step_stamp())
 
     def task_cancelled(self, task_id: int, name: str) -> None:
         """Record a cancellation request, with where it came from."""

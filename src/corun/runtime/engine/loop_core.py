@@ -228,7 +228,7 @@ def _run_handles_accounted(loop: LoopCore, accounting: LoopAccounting, todo: int
                 accounting.longest_owner = (
                     getattr(handle._callback, "__qualname__", "a callback")
                     if task is None
-                    else task._name
+                    else task.get_name()
                 )
             if duration >= threshold:
                 accounting.long_step(handle if task is None else task, now, duration)

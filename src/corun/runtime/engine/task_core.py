@@ -103,7 +103,10 @@ class TaskCore(Future):
     # Invariant: _fut_waiter is None and a step is scheduled, or it is the
     # future this task waits on and no step is scheduled. _must_cancel is
     # True only while a step is scheduled and must throw CancelledError.
-    _name: str
+    # The name, or for a default name its number: "Task-N" is made when it is
+    # first asked for (as CPython 3.12 does), not for every task; the flight
+    # recorder keeps the number without encoding a text.
+    _name: str | int
     _num_cancels_requested: int
     # corun.observe's per-task counters (accounting.py), inline: a separate
     # object would cost more than these 64 bytes. _corun_id is 0 for a task
@@ -152,7 +155,7 @@ class TaskCore(Future):
         if self._num_cancels_requested and self._state == PENDING:
             # Still pending, but asked to cancel.
             info[0] = "cancelling"
-        info.insert(1, f"name={self._name!r}")
+        info.insert(1, f"name={self.get_name()!r}")
         info.insert(2, f"coro=<{format_coroutine(self._coro)}>")
         if self._fut_waiter is not None:
             info.insert(3, f"wait_for={self._fut_waiter!r}")
@@ -170,7 +173,12 @@ class TaskCore(Future):
 
     def get_name(self) -> str:
         """The task's name."""
-        return self._name
+        name = self._name
+        if isinstance(name, str):
+            return name
+        text = f"Task-{name}"
+        self._name = text
+        return text
 
     def set_name(self, value: object) -> None:
         """Rename the task (the value is converted with ``str``)."""
@@ -260,7 +268,7 @@ class TaskCore(Future):
         self._num_cancels_requested += 1
         accounting = _accounting_of(self)
         if accounting is not None:
-            accounting.task_cancelled(self._corun_id, self._name)
+            accounting.task_cancelled(self._corun_id, self.get_name())
         waiter = self._fut_waiter
         if waiter is not None and waiter.cancel(msg=msg):
             # The wakeup callback will throw CancelledError into the coroutine.
@@ -319,7 +327,7 @@ def init_task(
         task._log_destroy_pending = False
         raise TypeError(f"a coroutine was expected, got {coro!r}")
     if name is None:
-        task._name = f"Task-{_next_task_number()}"
+        task._name = _next_task_number()
     else:
         task._name = str(name)
     task._num_cancels_requested = 0
