@@ -630,6 +630,37 @@ def test_an_alarm_rings_its_seconds_after_each_arming_and_not_before() -> None:
         alarm.close()
 
 
+def test_a_closed_observers_alarm_is_always_listed_as_observations_until_it_is_closed(
+    loop: corun.EventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tests' fd check reads own_fds() and then /proc, while the watchdog
+    # may be closing an observer on its own thread. The alarm stays open
+    # until the watchdog closes it, so at every point of the closing it must
+    # be listed: with its observer, or retired. (It once was neither between
+    # the two, and CI's CORUN_OBSERVE=1 pass reported a leaked timerfd.)
+    from corun.observe import monitor
+
+    observer = observe.enable(loop, serve=False)
+    alarm = observer.alarm
+    assert alarm is not None
+    seen: list[bool] = []
+    watch_arrivals = monitor._watch_arrivals
+
+    def probe(watched: Any, fd: int) -> None:  # called by MONITOR.remove, after its lock
+        if watched is observer:
+            seen.append(alarm.fd < 0 or alarm.fd in monitor.MONITOR.own_fds())
+        watch_arrivals(watched, fd)
+
+    monkeypatch.setattr(monitor, "_watch_arrivals", probe)
+    observer.close()
+    assert seen == [True]
+    assert alarm.fd in monitor.MONITOR.own_fds() or alarm.fd < 0
+    deadline = time.monotonic() + 5.0
+    while alarm.fd >= 0 and time.monotonic() < deadline:  # the watchdog closes it
+        time.sleep(0.01)
+    assert alarm.fd < 0
+
+
 def test_the_watchdogs_reads_after_a_wake_keep_the_gil() -> None:
     # After a wake the watchdog reads its eventfd and timerfds. os.read lets go
     # of the GIL, and a step that holds it takes it back: with os.read, busy

@@ -99,7 +99,7 @@ class Monitor:
         self._timer: Alarm | None = None
         self._no_timer = False
         # Alarms of loops no longer observed, closed by the watchdog's thread:
-        # it may be reading one (see retire_alarm).
+        # it may be reading one (see remove).
         self._retired_alarms: list[Alarm] = []
         self._thread: threading.Thread | None = None
         # Made on the watchdog's thread (its timer signals that thread), closed as it ends.
@@ -161,20 +161,6 @@ class Monitor:
         # and without a hand-over it would wait long for the GIL.
         self._publish_look(0.0)
 
-    def retire_alarm(self, alarm: Alarm) -> None:
-        """Close ``alarm`` (its loop no longer arms it) once the watchdog cannot be reading it.
-
-        The watchdog reads the alarms it slept on after it wakes: closed by
-        another thread meanwhile, the number could be a new file's, and the
-        watchdog would read from it. So its own thread closes them.
-        """
-        with self._lock:
-            self._retired_alarms.append(alarm)
-            watching = self._thread is not None and self._thread.is_alive()
-        if not watching:
-            self._close_retired_alarms()
-        self._wake.set()
-
     def _close_retired_alarms(self) -> None:
         # Closed under the lock: ``own_fds`` then finds each alarm listed or
         # closed, never between the two.
@@ -184,11 +170,28 @@ class Monitor:
             self._retired_alarms = []
 
     def remove(self, observer: Observer) -> None:
-        """Stop watching ``observer``'s loop."""
+        """Stop watching ``observer``'s loop, and close its alarm once the watchdog cannot be reading it.
+
+        The watchdog reads the alarms it slept on after it wakes: closed by
+        another thread meanwhile, the number could be a new file's, and the
+        watchdog would read from it. So its own thread closes them.
+        """
         with self._lock:
             if observer in self._observers:
                 self._observers.remove(observer)
+                # Retired in the same hold of the lock: ``own_fds`` finds the
+                # alarm with its observer or retired, never between the two
+                # (the tests' fd check took it for a leak when the watchdog
+                # closed an observer).
+                if observer.alarm is not None:
+                    self._retired_alarms.append(observer.alarm)
+            elif observer.alarm is not None:
+                observer.alarm.close()  # never watched: the watchdog never read it
+            watching = self._thread is not None and self._thread.is_alive()
             empty = not self._observers
+        if not watching:
+            self._close_retired_alarms()
+        self._wake.set()
         _watch_arrivals(observer, -1)
         if empty:
             self._disarm()

@@ -205,8 +205,6 @@ class Observer:
         from corun.observe.monitor import MONITOR
 
         MONITOR.remove(self)
-        if self.alarm is not None:
-            MONITOR.retire_alarm(self.alarm)
 
     def snapshot(self, *, stacks: bool = True) -> Snapshot:
         """Everything measured so far, frozen. Safe from any thread.
