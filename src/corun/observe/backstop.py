@@ -77,6 +77,22 @@ def dump_file() -> IO[bytes]:
     return _file
 
 
+def prepare() -> None:
+    """Open the dumps' file and load the timer's calls, on the calling thread.
+
+    Both give up the GIL (a file's creation, the C library's loading). On the
+    watchdog's thread beside a loop of short steps that is not handing it
+    over, that left the watchdog waiting for the GIL until its next look:
+    half a second, woken in vain at every poll of the loop (about one start
+    in five, measured).
+    """
+    dump_file()
+    try:
+        _calls()
+    except (AttributeError, OSError):
+        pass  # Backstop falls back to dump_traceback_later
+
+
 def dump_file_made() -> IO[bytes] | None:
     """The dumps' file, if one was made (without making it)."""
     return _file

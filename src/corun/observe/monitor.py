@@ -34,7 +34,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from corun.observe.alarm import Alarm, read_count
-from corun.observe.backstop import Backstop, dump_file_made
+from corun.observe.backstop import Backstop, dump_file_made, prepare
 from corun.observe.protocol import logger, name_this_thread
 from corun.runtime.engine.accounting import HANDOFF_TIMEOUT
 
@@ -114,6 +114,8 @@ class Monitor:
         self._turn_gates: list[threading.Lock] = []
         self._gates_lock = threading.Lock()
         self.server: Any = None
+        #: The watchdog's rounds so far: each looks at every observed loop.
+        self.rounds = 0
 
     def own_fds(self) -> frozenset[int]:
         """The file descriptors observation holds for the whole process.
@@ -141,6 +143,10 @@ class Monitor:
 
     def add(self, observer: Observer) -> None:
         """Watch ``observer``'s loop; start the thread and the server if needed."""
+        try:
+            prepare()  # here, where giving up the GIL costs no loop a wait
+        except OSError as exc:  # the watchdog's backstop part fails and is switched off
+            logger.debug("corun.observe: the backstop's file: %s", exc)
         with self._lock:
             self._observers.append(observer)
             self.watch_arrivals(observer)
@@ -209,6 +215,10 @@ class Monitor:
         name_this_thread("corun-watchdog")
         next_window = time.monotonic() + WINDOW
         while True:
+            # The wakes asked for so far are served by this round. Left set,
+            # one would end the next sleep at once, in a round that no loop
+            # hands the GIL over for (they went on at this round's look).
+            self._wake.clear()
             observers = self.observers()
             if not observers:
                 with self._lock:
@@ -223,6 +233,7 @@ class Monitor:
                     self._release_gates()
                     return
                 continue
+            self.rounds += 1
             now = time.monotonic()
             sleep = math.inf
             running = [o for o in observers if not self._retired(o) and o.running()]
