@@ -7,11 +7,30 @@
 #   make lint      ruff check, ruff format --check, mypy --strict src
 #   make test-pure the whole suite again on the pure-Python build (in .venv-pure)
 
+PYTEST_ARGS ?=
+
+# Which CPython (README, "Supported Python"): `make test PY=3.14`. The default is the
+# machine's python3 (3.11). 3.12 is pyenv's; 3.13 to 3.15 are Debian sid's, in a chroot
+# that scripts/sid.sh builds and every command of theirs runs in ($(RUN)).
+PY ?=
+SID_PYS := 3.13 3.14 3.15
+ifeq ($(PY),)
 PYTHON ?= python3
 VENV   ?= .venv
+RUN    :=
+else ifeq ($(PY),3.12)
+PYTHON ?= $(shell pyenv prefix 3.12.1 2>/dev/null || echo /nonexistent)/bin/python3.12
+VENV   ?= .venv-3.12
+RUN    :=
+else ifneq ($(filter $(PY),$(SID_PYS)),)
+PYTHON ?= python$(PY)
+VENV   ?= .venv-$(PY)
+RUN    := scripts/sid.sh
+else
+$(error PY=$(PY): supported are 3.12 and $(SID_PYS), or none for the machine's python3)
+endif
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.install-stamp
-PYTEST_ARGS ?=
 
 .PHONY: install test test-pure conformance conformance-baseline demo bench lint clean nginx
 
@@ -30,7 +49,8 @@ nginx:
 		echo "nginx: could not install it; the nginx tests in tests/http will fail"; }
 
 $(VPY):
-	$(PYTHON) -m venv $(VENV)
+	$(if $(RUN),scripts/sid.sh build)
+	$(RUN) $(PYTHON) -m venv $(VENV)
 
 # The compiled modules are built in place next to their sources, so they must be
 # rebuilt whenever a source changes: a stale .so would shadow the edited .py.
@@ -38,13 +58,13 @@ ENGINE_SOURCES := $(wildcard src/corun/runtime/engine/*.py)
 
 # Re-installs when the build inputs change (or the venv was removed).
 $(STAMP): pyproject.toml setup.py $(ENGINE_SOURCES) | $(VPY)
-	find src -name '*.so' -delete
-	$(VPY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	$(VPY) -c 'import corun; print("corun build:", "compiled" if corun.COMPILED else "pure Python")'
+	find src -name "*$$($(RUN) $(VPY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')" -delete
+	$(RUN) $(VPY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(RUN) $(VPY) -c 'import corun, sys; print("corun build:", "compiled" if corun.COMPILED else "pure Python", "on", sys.version.split()[0])'
 	@touch $@
 
 test: install
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(RUN) $(VPY) -m pytest $(PYTEST_ARGS)
 
 # The same suite on the pure-Python build, installed (not editable) in its own venv
 # so that the compiled modules next to the sources cannot be picked up.
