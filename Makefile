@@ -77,20 +77,21 @@ test-pure:
 
 # Only the CPython asyncio suites, against corun's loop.
 conformance: install
-	$(VPY) -m pytest tests/conformance $(PYTEST_ARGS)
+	$(RUN) $(VPY) -m pytest tests/conformance $(PYTEST_ARGS)
 
 # The same harness bound to the stdlib loop/Future/Task (baseline numbers).
 conformance-baseline: install
-	CORUN_CONFORMANCE_LOOP=asyncio $(VPY) -m pytest tests/conformance $(PYTEST_ARGS)
+	CORUN_CONFORMANCE_LOOP=asyncio $(RUN) $(VPY) -m pytest tests/conformance $(PYTEST_ARGS)
 
 demo: install
-	$(VENV)/bin/corun demo
+	$(RUN) $(VENV)/bin/corun demo
 
 # The benchmark suite (benchmarks/README.md): corun vs asyncio vs uvloop. Installs wrk
 # (Debian package) and the `bench` extra (uvloop) when missing, without reinstalling corun.
 # Options go through BENCH_ARGS, e.g. `make bench BENCH_ARGS="--quick --only echo"`.
 bench: install
-	@command -v wrk >/dev/null 2>&1 || { \
+	$(if $(RUN),scripts/sid.sh need wrk)
+	@[ -n "$(RUN)" ] || command -v wrk >/dev/null 2>&1 || { \
 		if command -v apt-get >/dev/null 2>&1; then \
 			SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO="sudo -n"; \
 			echo "bench: installing wrk (apt-get)"; \
@@ -100,11 +101,11 @@ bench: install
 		else \
 			echo "bench: no wrk and no apt-get; HTTP load comes from benchmarks/loadgen instead"; \
 		fi; }
-	@$(VPY) -c 'import uvloop' 2>/dev/null || { \
-		$(VPY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"])' \
-		| xargs $(VPY) -m pip install --quiet --disable-pip-version-check || \
+	@$(RUN) $(VPY) -c 'import uvloop' 2>/dev/null || { \
+		$(RUN) $(VPY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"])' \
+		| xargs $(RUN) $(VPY) -m pip install --quiet --disable-pip-version-check || \
 		echo "bench: could not install uvloop; the suite runs without it"; }
-	$(VPY) -m benchmarks $(BENCH_ARGS)
+	$(RUN) $(VPY) -m benchmarks $(BENCH_ARGS)
 
 # What observation costs (docs/observe.md): wall clock (benchmarks/observe_overhead.py) and
 # instructions under callgrind (benchmarks/observe_instructions.py). Installs valgrind

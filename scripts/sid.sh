@@ -2,6 +2,7 @@
 # The newest CPython 3.13, 3.14 and 3.15, from Debian sid, in a chroot this script builds.
 #
 #   scripts/sid.sh build          make the chroot (about 2 minutes; nothing if it exists)
+#   scripts/sid.sh need PKG...    install Debian packages inside it when missing
 #   scripts/sid.sh CMD [ARG...]   run CMD inside it, in this directory, which is seen at
 #                                 the same path inside (so venvs made there work there)
 #
@@ -54,7 +55,7 @@ run() {
     [ -f "$SID/.corun-stamp" ] || build
     local here
     here=$(pwd -P)
-    exec unshare --mount --propagation private /bin/sh -euc '
+    unshare --mount --propagation private /bin/sh -euc '
         sid=$1; here=$2; shift 2
         for d in proc sys dev dev/shm dev/pts; do
             mkdir -p "$sid/$d"
@@ -69,8 +70,20 @@ run() {
     ' sid "$SID" "$here" "$@"
 }
 
+need() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        run dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "sid: installing ${missing[*]} inside the chroot (apt-get)" >&2
+    run sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null' \
+        sh "${missing[@]}"
+}
+
 case "${1:-}" in
     build) build ;;
+    need) shift; build; need "$@" ;;
     "") echo "usage: scripts/sid.sh build | scripts/sid.sh CMD [ARG...]" >&2; exit 2 ;;
     *) run "$@" ;;
 esac
