@@ -127,16 +127,18 @@ bench-observe: install
 
 # Other libraries' own test suites on asyncio's loop and on corun's, with a table of
 # the differences (docs/ecosystem.md); not part of `make test`. Installs PostgreSQL and
-# Redis (Debian) when missing. One suite: `make ecosystem ECOSYSTEM_ARGS="--suite httpx"`.
+# Redis (Debian) when missing. One suite: `make ecosystem ECOSYSTEM_ARGS="--suite httpx"`;
+# another CPython: `make ecosystem PY=3.14` (results in ecosystem/results-3.14.md).
 ECOSYSTEM_ARGS ?=
 .PHONY: ecosystem
 ecosystem:
-	@{ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v redis-server >/dev/null; } || { \
+	$(if $(RUN),scripts/sid.sh need postgresql redis-server)
+	@[ -n "$(RUN)" ] || { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v redis-server >/dev/null; } || { \
 		SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO="sudo -n"; \
 		echo "ecosystem: installing postgresql and redis-server (apt-get)"; \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql redis-server >/dev/null; }
-	$(PYTHON) -m ecosystem.run $(ECOSYSTEM_ARGS)
+	$(RUN) $(PYTHON) -m ecosystem.run $(ECOSYSTEM_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

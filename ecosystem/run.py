@@ -4,7 +4,8 @@ For each suite in ecosystem/suites.py: a cached venv with the pinned library, it
 test dependencies and one corun wheel built from this checkout; the tests copied
 from the library's source archive; a PostgreSQL or Redis server when the suite
 needs one; then pytest once per loop with ecosystem/corun_plugin.py. The table
-goes to stdout, ecosystem/results.md and ecosystem/results.json.
+goes to stdout, ecosystem/results.md and ecosystem/results.json (on 3.11; on another
+CPython, results-3.14.md and the like: `make ecosystem PY=3.14`).
 
 Usage: python -m ecosystem.run [--suite NAME ...] [--jobs 1|2]
 """
@@ -36,6 +37,11 @@ from ecosystem.suites import SUITES, Suite
 REPO = Path(__file__).resolve().parent.parent
 HERE = REPO / "ecosystem"
 CACHE = REPO / ".ecosystem"
+# Each CPython has its own wheel, venvs, run folders, logs and results; the downloaded
+# sources are shared. 3.11, the first supported version, keeps the plain names.
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+VERSIONED = CACHE if PY == "3.11" else CACHE / f"py{PY}"
+RESULTS_SUFFIX = "" if PY == "3.11" else f"-{PY}"
 LOOPS = ("asyncio", "corun")
 PIP = ("-m", "pip", "--disable-pip-version-check", "--quiet")
 # Our plugin and the pytest options every run gets: no cache dir in the copied tests,
@@ -74,7 +80,7 @@ def build_corun_wheel() -> Path:
     for path in _corun_inputs():
         digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
     key = digest.hexdigest()[:16]
-    out = CACHE / "wheels" / key
+    out = VERSIONED / "wheels" / key
     wheels = sorted(out.glob("corun-*.whl"))
     if wheels:
         return wheels[0]
@@ -94,7 +100,7 @@ def build_corun_wheel() -> Path:
 
 def ensure_venv(suite: Suite, wheel: Path) -> Path:
     """The suite's venv, (re)made when its pins change; corun reinstalled when the wheel does."""
-    venv = CACHE / "venvs" / suite.name
+    venv = VERSIONED / "venvs" / suite.name
     python = venv / "bin" / "python"
     deps_stamp = venv / "ecosystem-deps.json"
     wanted = json.dumps([suite.library, *suite.requirements, "pytest-timeout==2.4.0"])
@@ -173,7 +179,7 @@ def fetch_source(suite: Suite) -> Path:
 def prepare_tests(suite: Suite, source: Path, loop: str) -> Path:
     """A fresh run folder per loop with only the tests and pytest config copied in
     (the two loops may run at once, and tests write files next to themselves)."""
-    workdir = CACHE / "work" / suite.name / loop
+    workdir = VERSIONED / "work" / suite.name / loop
     shutil.rmtree(workdir, ignore_errors=True)
     for src, dst in suite.copy.items():
         target = workdir / dst
@@ -272,10 +278,10 @@ SERVERS = {"postgres": postgres_server, "redis": redis_server}
 def run_pytest(suite: Suite, python: Path, source: Path, loop: str) -> LoopRun:
     """One pytest run of the suite on one loop, with its own server if it needs one."""
     workdir = prepare_tests(suite, source, loop)
-    report = CACHE / "results" / f"{suite.name}-{loop}.jsonl"
+    report = VERSIONED / "results" / f"{suite.name}-{loop}.jsonl"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.unlink(missing_ok=True)
-    logfile = CACHE / "logs" / f"{suite.name}-{loop}.log"
+    logfile = VERSIONED / "logs" / f"{suite.name}-{loop}.log"
     logfile.parent.mkdir(parents=True, exist_ok=True)
     server = SERVERS[suite.server]() if suite.server else contextlib.nullcontext(({}, []))
     started = time.monotonic()
@@ -377,12 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Whole run: {minutes:.1f} minutes.")
     if not args.suite:
         # Only a full run replaces the published results.
-        (HERE / "results.md").write_text(markdown)
+        (HERE / f"results{RESULTS_SUFFIX}.md").write_text(markdown)
         data = to_json(results, date, build)
         data["minutes"] = round(minutes, 1)
-        (HERE / "results.json").write_text(json.dumps(data, indent=2) + "\n")
+        (HERE / f"results{RESULTS_SUFFIX}.json").write_text(json.dumps(data, indent=2) + "\n")
     else:
-        out = CACHE / "results"
+        out = VERSIONED / "results"
         (out / "partial.md").write_text(markdown)
         (out / "partial.json").write_text(
             json.dumps(to_json(results, date, build), indent=2) + "\n"
