@@ -168,9 +168,15 @@ def test_a_compiled_module_older_than_its_source_is_found(tmp_path: Path) -> Non
 
     from stale_build import stale_compiled_modules
 
-    for name in ("fresh", "edited"):
+    mine, other = ".cpython-311-x86_64-linux-gnu.so", ".cpython-314-x86_64-linux-gnu.so"
+    for name in ("fresh", "edited", "other"):
         (tmp_path / f"{name}.py").write_text("")
-        (tmp_path / f"{name}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+        (tmp_path / f"{name}{mine}").write_bytes(b"")
+    (tmp_path / f"other{other}").write_bytes(b"")
     os.utime(tmp_path / "fresh.py", (1_000, 1_000))
-    os.utime(tmp_path / "edited.cpython-311-x86_64-linux-gnu.so", (1_000, 1_000))
-    assert stale_compiled_modules(tmp_path) == ["edited.py"]
+    os.utime(tmp_path / "other.py", (1_000, 1_000))
+    os.utime(tmp_path / f"edited{mine}", (1_000, 1_000))
+    # Another interpreter's build, older than its source, is that interpreter's concern.
+    os.utime(tmp_path / f"other{other}", (500, 500))
+    assert stale_compiled_modules(tmp_path, mine) == ["edited.py"]
+    assert stale_compiled_modules(tmp_path, other) == ["other.py"]
