@@ -23,5 +23,11 @@ class _Done(Protocol):
 
 def result_of(future: _Done) -> Generator[Any, None, Any]:
     """A generator that returns ``future.result()`` (or raises) without yielding."""
-    return future.result()
+    try:
+        return future.result()
+    finally:
+        # The raised exception's traceback holds this frame: from CPython 3.14 on
+        # its locals outlive the generator's end, and the future holds the
+        # exception, a cycle only gc could free.
+        del future
     yield  # type: ignore[unreachable]  # makes this function a generator
