@@ -70,25 +70,28 @@ def test_create_connection_refused(loop):
         )
 
 
-# The stdlib loop leaves the cycles below up to 3.13 and frees them from 3.14 on
-# (measured on 3.11.7, 3.12.1, 3.13.18, 3.14.10 and 3.15.2).
-STDLIB_LEAVES_CYCLES = sys.version_info < (3, 14)
+def stdlib_leaks_here(
+    request: pytest.FixtureRequest, loop_kind: str, errors: Any, *, fixed_in: tuple[int, int]
+) -> None:
+    """The stdlib's asyncio leaves this cycle before ``fixed_in``; corun never does.
 
-
-def stdlib_leaks_here(request: pytest.FixtureRequest, loop_kind: str, errors: Any) -> None:
-    """The stdlib's asyncio leaves this cycle before 3.14; corun never does."""
+    Measured on 3.11.7, 3.12.1, 3.13.18, 3.14.10 and 3.15.2.
+    """
     if loop_kind == "asyncio":
         errors.pop_all()  # asyncio reports the failed server-side handshakes too
-        if STDLIB_LEAVES_CYCLES:
+        if sys.version_info < fixed_in:
             request.applymarker(
-                pytest.mark.xfail(reason="asyncio before 3.14 leaves this cycle", strict=True)
+                pytest.mark.xfail(
+                    reason=f"asyncio before {fixed_in[0]}.{fixed_in[1]} leaves this cycle",
+                    strict=True,
+                )
             )
 
 
 def test_create_connection_refused_on_every_address_happy_eyeballs(
     loop, request, loop_kind, errors
 ):
-    stdlib_leaks_here(request, loop_kind, errors)
+    stdlib_leaks_here(request, loop_kind, errors, fixed_in=(3, 13))
     with refused_port() as port1, refused_port() as port2:
         infos = [
             (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (HOST, port1)),
@@ -173,7 +176,7 @@ def test_getaddrinfo_failure(loop):
 
 
 def test_tls_handshake_failure(loop, request, loop_kind, errors):
-    stdlib_leaks_here(request, loop_kind, errors)
+    stdlib_leaks_here(request, loop_kind, errors, fixed_in=(3, 14))
     server_ca, client_ca = trustme.CA(), trustme.CA()
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ca.issue_cert(HOST).configure_cert(server_ctx)
