@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,12 +34,13 @@ class Child:
         return str(self.proc.pid)
 
 
-@pytest.fixture
-def child(tmp_path: Path) -> Iterator[Child]:
+@contextmanager
+def start(tmp_path: Path, *args: str) -> Iterator[Child]:
+    """``versions_child.py ARGS``, observed, until it is told to exit at the end."""
     env = child_env(tmp_path, CORUN_OBSERVE="1")
     with open(tmp_path / "child.log", "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, str(HERE / "versions_child.py")],
+            [sys.executable, str(HERE / "versions_child.py"), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -55,6 +57,12 @@ def child(tmp_path: Path) -> Iterator[Child]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def child(tmp_path: Path) -> Iterator[Child]:
+    with start(tmp_path) as running:
+        yield running
 
 
 def _ok(child: Child, *args: str) -> str:
@@ -125,3 +133,49 @@ def test_opentelemetry_counts_the_tasks_of_a_real_process(child: Child) -> None:
     assert sum(points["tasks"].values()) == len(ALL), points
     assert points["tasks"]["waiting"] >= len(WAITING)
     assert points["steps"] > 0
+
+
+def _asyncio_ps(pid: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "asyncio", "ps", pid],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def _asyncio_ps_names(stdout: str) -> set[str]:
+    """The task names of ``python -m asyncio ps``'s table (after its header and rule)."""
+    lines = stdout.splitlines()
+    assert lines[0].split()[:5] == ["tid", "task", "id", "task", "name"], stdout
+    assert set(lines[1]) == {"-"}, stdout
+    return {line.split()[2] for line in lines[2:]}
+
+
+def test_python_m_asyncio_ps_cannot_see_corun_s_tasks(tmp_path: Path) -> None:
+    """3.14's ``python -m asyncio ps PID`` lists native tasks only: none of corun's.
+
+    It reads the process's memory from outside, walking the lists the C
+    ``_asyncio`` module keeps of its own ``Task`` objects. corun's tasks are
+    not those: asyncio keeps them in a ``WeakSet`` that the tool never reads.
+    The same child on asyncio's loop shows the tool works here.
+    """
+    import importlib.util
+
+    if sys.version_info < (3, 14):
+        # No such tool before 3.14.
+        assert importlib.util.find_spec("asyncio.tools") is None
+        return
+    for each in ("a", "c"):
+        (tmp_path / each).mkdir(mode=0o700)
+    with start(tmp_path / "a", "--asyncio") as on_asyncio:
+        result = _asyncio_ps(on_asyncio.pid)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert _asyncio_ps_names(result.stdout) == ALL
+    with start(tmp_path / "c") as on_corun:
+        result = _asyncio_ps(on_corun.pid)
+        assert result.returncode == 0, result.stdout + result.stderr
+        # The header, and not one task.
+        assert _asyncio_ps_names(result.stdout) == set()
+        doc = json.loads(_ok(on_corun, "ps", "--json"))
+        assert {task["name"] for task in doc["tasks"]} == ALL

@@ -9,7 +9,7 @@ one line of stdout from the thread that reads stdin (not the loop's):
 - ``otel``: OpenTelemetry's SDK collects the instruments of ``otel.instrument``
   now, and the line is ``{"tasks": {state: n}, "steps": n}`` as JSON.
 
-Exits when its stdin closes.
+Exits when its stdin closes. ``--asyncio``: the same on asyncio's own loop.
 """
 
 from __future__ import annotations
@@ -74,4 +74,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    corun.run(main())
+    if sys.argv[1:] == ["--asyncio"]:
+        asyncio.run(main())
+    else:
+        corun.run(main())
