@@ -95,6 +95,8 @@ def test_corun_demo_end_to_end(tmp_path: Path) -> None:
     assert "breaker trips: " in proc.stdout
     assert "Adaptive limits" in proc.stdout and "Deferred: " in proc.stdout
     assert "Elapsed:" in proc.stdout
+    # Its own loop, read through corun.observe (on 3.12+ it once crashed here).
+    assert "The demo's own loop (corun.observe): " in proc.stdout
 
 
 def test_corun_demo_rejects_bad_options() -> None:

@@ -30,15 +30,31 @@ from test_deferral import Patience
 
 import corun
 from corun.fetch import FetchOptions, ProgressState, journal_path, run_fetch
-from corun.fetch.ray_shards import INSTALL_HINT, ClusterError, RayBackend, shard_of
+from corun.fetch.ray_shards import (
+    INSTALL_HINT,
+    NO_BUILD,
+    RAY_BUILT,
+    ClusterError,
+    RayBackend,
+    shard_of,
+)
 
 pytestmark = pytest.mark.timeout(240)
+
+#: The tests that run Ray, or reach a cluster through it.
+needs_ray = pytest.mark.skipif(
+    not RAY_BUILT,
+    reason=f"Ray has no build for Python {sys.version_info.major}.{sys.version_info.minor} "
+    "(pyproject's ray extra: python_version < '3.15')",
+)
 
 WORKERS = 2
 
 
 @pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
+    if not RAY_BUILT:
+        pytest.skip(needs_ray.kwargs["reason"])
     with pytest.MonkeyPatch.context() as patch:
         # Loopback only (read when ray is imported; the workers inherit it).
         patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -563,6 +579,7 @@ def test_sigterm_then_sigkill_of_the_driver_then_rerun_fetches_only_what_is_miss
         served.close()
 
 
+@needs_ray
 @pytest.mark.parametrize(
     ("address", "message"),
     [
@@ -584,6 +601,7 @@ def test_a_bad_address_is_one_line_and_exit_1(tmp_path: Path, address: str, mess
     assert line.startswith(f"corun fetch: {message}")
 
 
+@needs_ray
 def test_a_port_that_is_not_ray_is_one_line_and_exit_1(hosts: Hosts, tmp_path: Path) -> None:
     src = tmp_path / "in.txt"
     src.write_text("http://127.0.0.1:9/\n")
@@ -614,8 +632,35 @@ def test_without_ray_installed_says_how_to_install_it(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"corun fetch: {INSTALL_HINT}"]
+    # Where Ray has no build, installing the extra would not help: it says that.
+    expected = INSTALL_HINT if RAY_BUILT else NO_BUILD
+    assert done.stderr.splitlines() == [f"corun fetch: {expected}"]
     assert "pip install 'corun[ray]'" in INSTALL_HINT
+
+
+def test_ray_is_there_exactly_where_it_has_a_build(tmp_path: Path) -> None:
+    """The dev extra installs Ray up to 3.14; on 3.15 ``--ray`` says, in one line, why not."""
+    import importlib.util
+
+    if RAY_BUILT:
+        assert sys.version_info < (3, 15)
+        assert importlib.util.find_spec("ray") is not None
+        return
+    assert sys.version_info >= (3, 15)
+    assert importlib.util.find_spec("ray") is None
+    src = tmp_path / "in.txt"
+    src.write_text("http://127.0.0.1:9/\n")
+    done = subprocess.run(
+        _cli(str(src), "-o", str(tmp_path / "o.jsonl"), "--ray", "--no-progress"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert done.stderr.splitlines() == [
+        f"corun fetch: --ray needs Ray, which has no build for Python {version}"
+    ]
 
 
 def test_workers_needs_ray(tmp_path: Path) -> None:

@@ -70,6 +70,13 @@ from corun.resilience import LoopClock
 from corun.runtime.runner import new_event_loop
 
 INSTALL_HINT: Final = "--ray needs Ray: pip install 'corun[ray]'"
+#: Ray publishes wheels up to this Python (pyproject's ray extra installs
+#: nothing on a newer one); ``--ray`` there says so rather than how to install.
+RAY_BUILT: Final = sys.version_info < (3, 15)
+NO_BUILD: Final = (
+    f"--ray needs Ray, which has no build for Python "
+    f"{sys.version_info.major}.{sys.version_info.minor}"
+)
 #: Records a worker gathers before it answers, at most (it answers sooner
 #: when fewer are in flight, or when ``_LINGER`` has passed).
 BATCH: Final = 256
@@ -135,7 +142,7 @@ def _import_ray() -> Any:
     try:
         return importlib.import_module("ray")
     except ImportError:
-        raise ClusterError(INSTALL_HINT) from None
+        raise ClusterError(INSTALL_HINT if RAY_BUILT else NO_BUILD) from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -827,6 +834,8 @@ def backend_from_args(args: argparse.Namespace, options: FetchOptions) -> RayBac
 
 __all__ = [
     "INSTALL_HINT",
+    "NO_BUILD",
+    "RAY_BUILT",
     "ClusterError",
     "FetchWorker",
     "RayBackend",

@@ -9,7 +9,6 @@ loop is blocked.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import math
 import sys
@@ -22,13 +21,13 @@ from typing import Any, Final
 from corun.observe.alarm import Alarm
 from corun.observe.histogram import LatencyHistogram
 from corun.observe.protocol import logger
+from corun.observe.registry import pending_tasks
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
 from corun.observe.waits import task_view, thread_stack
 from corun.runtime.engine.accounting import KIND_NAMES, NOTE, STALL, SUMMARY, LoopAccounting
 from corun.runtime.engine.task_core import (
     STATE_NAMES,
     TaskCore,
-    live_tasks_of,
     rank_busiest,
     task_counters,
 )
@@ -263,18 +262,7 @@ class Observer:
         loop = self._loop_ref()
         if loop is None:
             return []
-        registry: Any = asyncio.tasks._all_tasks  # type: ignore[attr-defined]
-        for _attempt in range(100):
-            try:
-                # The weak references, copied in C: iterating the WeakSet runs
-                # a Python generator, and the loop may add a task meanwhile.
-                references = list(registry.data)
-                break
-            except RuntimeError:
-                continue
-        else:
-            references = []
-        return live_tasks_of(references, loop)
+        return pending_tasks(loop)
 
     def tasks(self, *, stacks: bool = True) -> list[TaskSummary]:
         """A summary of each live task (``stacks=False``: without await chains and waits)."""
