@@ -124,6 +124,14 @@ def test_create_server_start_serving_later(loop):
     run(loop, main())
 
 
+# What cancelling serve_forever() does with the connections it accepted, by
+# version (asyncio's behaviour, which corun follows): 3.11 leaves them open and
+# returns at once; 3.12.1 (gh-109538) waits for them in wait_closed(); later
+# (gh-123720; absent from 3.13.0, present from 3.13.18 on) it closes them first.
+WAIT_FOR_CONNECTIONS = sys.version_info >= (3, 12, 1)
+SERVE_FOREVER_CLOSES_CLIENTS = sys.version_info >= (3, 13, 1)
+
+
 def test_server_serve_forever_cancel(loop):
     factory = Factory()
 
@@ -133,15 +141,19 @@ def test_server_serve_forever_cancel(loop):
         task = asyncio.ensure_future(server.serve_forever())
         await asyncio.sleep(0.01)
         assert server.is_serving()
-        tr, _ = await loop.create_connection(Recorder, HOST, port)
+        tr, client = await loop.create_connection(Recorder, HOST, port)
         srv = await factory.wait()
         try:
             with pytest.raises(RuntimeError):
                 await server.serve_forever()  # already being awaited
             task.cancel()
-            # serve_forever() closes the server when cancelled; the connection
-            # it accepted stays open (Python 3.11: wait_closed() does not wait
-            # for connections).
+            if WAIT_FOR_CONNECTIONS and not SERVE_FOREVER_CLOSES_CLIENTS:
+                # It waits for the open connection, which still works.
+                await asyncio.wait([task], timeout=0.2)
+                assert not task.done(), "serve_forever() returned with a connection open"
+                tr.write(b"still here")
+                await until(lambda: srv.data == b"still here")
+                tr.close()
             await asyncio.wait([task], timeout=5)
             assert task.done(), "serve_forever() still running 5 s after cancel()"
             assert task.cancelled()
@@ -150,9 +162,15 @@ def test_server_serve_forever_cancel(loop):
             with pytest.raises(ConnectionRefusedError):
                 await loop.create_connection(Recorder, HOST, port)
             await asyncio.wait_for(server.wait_closed(), 5)
-            # The accepted connection outlives the server.
-            tr.write(b"still here")
-            await until(lambda: srv.data == b"still here")
+            if SERVE_FOREVER_CLOSES_CLIENTS:
+                # The server closed its end: the client sees EOF.
+                assert srv.transport.is_closing()
+                await until(lambda: client.lost)
+                assert client.eof
+            elif not WAIT_FOR_CONNECTIONS:
+                # The accepted connection outlives the server.
+                tr.write(b"still here")
+                await until(lambda: srv.data == b"still here")
         finally:
             await closing(tr, srv.transport)
             if not task.done():
@@ -202,6 +220,74 @@ def test_server_close_with_live_connections(loop):
         await closing(*clients)
         await until(lambda: all(p.lost for p in factory.protos))
         await asyncio.wait_for(server.wait_closed(), 5)
+
+    run(loop, main())
+
+
+# Python 3.13 added Server.close_clients()/abort_clients() and create_server's
+# keep_alive; corun has them on every version, asyncio from 3.13 on.
+STDLIB_HAS_313_SERVER_API = sys.version_info >= (3, 13)
+
+
+def _has_313_server_api(loop_kind):
+    return loop_kind == "corun" or STDLIB_HAS_313_SERVER_API
+
+
+@pytest.mark.parametrize("how", ["close_clients", "abort_clients"])
+def test_server_close_clients_and_abort_clients(loop, loop_kind, how):
+    factory = Factory(lambda: Recorder(keep_open_on_eof=True))
+
+    async def main():
+        server = await loop.create_server(factory, HOST, 0)
+        if not _has_313_server_api(loop_kind):
+            assert not hasattr(server, how)
+            await shut(server)
+            return
+        port = server.sockets[0].getsockname()[1]
+        clients = [await loop.create_connection(Recorder, HOST, port) for _ in range(2)]
+        await factory.wait(2)
+        waiter = asyncio.ensure_future(server.wait_closed())
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        if how == "abort_clients":
+            # Unsent data is dropped, not flushed: fill the server's buffer.
+            factory.protos[0].transport.write(b"x" * 4_000_000)
+            assert factory.protos[0].transport.get_write_buffer_size() > 0
+        server.close()
+        getattr(server, how)()
+        # The server's ends close: its waiters wake, the clients see the end.
+        await asyncio.wait_for(waiter, 5)
+        assert all(p.lost for p in factory.protos)
+        await until(lambda: all(pr.lost for _, pr in clients))
+        if how == "abort_clients":
+            assert len(clients[0][1].data) < 4_000_000
+        else:
+            assert all(pr.eof for _, pr in clients)
+        await closing(*(tr for tr, _ in clients))
+
+    run(loop, main())
+
+
+def test_create_server_keep_alive(loop, loop_kind):
+    factory = Factory()
+
+    async def main():
+        if not _has_313_server_api(loop_kind):
+            with pytest.raises(TypeError):
+                await loop.create_server(Recorder, HOST, 0, keep_alive=True)
+            return
+        plain = await loop.create_server(Recorder, HOST, 0)
+        assert plain.sockets[0].getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
+        await shut(plain)
+        server = await loop.create_server(factory, HOST, 0, keep_alive=True)
+        assert server.sockets[0].getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+        tr, _ = await loop.create_connection(Recorder, *server.sockets[0].getsockname())
+        srv = await factory.wait()
+        # Accepted connections inherit it from the listener.
+        accepted = srv.transport.get_extra_info("socket")
+        assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+        await closing(tr, srv.transport)
+        await shut(server)
 
     run(loop, main())
 

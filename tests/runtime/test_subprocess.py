@@ -719,3 +719,39 @@ def test_loop_closed_with_child_running_releases_pidfd(loop):
     assert transport._watcher._pidfd == -1
     os.waitpid(pid, 0)
     proc.returncode = -signal.SIGKILL  # reaped here; keeps Popen.__del__ quiet
+
+
+# gh-119710: asyncio's wait() returns at the child's exit, not once its pipes
+# close too, from its 2026 bugfix releases (measured: 3.13.18, 3.14.10, 3.15;
+# not 3.12.1 or 3.13.0); corun does on every version.
+STDLIB_WAIT_RETURNS_AT_EXIT = sys.version_info >= (3, 13, 18)
+
+
+def test_wait_returns_while_a_grandchild_holds_the_pipes(loop, loop_kind):
+    # The grandchild inherits stdin/stdout, says "ready", and stays until its
+    # stdin closes: the child's pipes see no EOF after the child is killed.
+    code = (
+        "import subprocess, sys;"
+        "subprocess.run([sys.executable, '-c',"
+        " 'import sys; sys.stdout.write(\"ready\"); sys.stdout.flush(); sys.stdin.read()'])"
+    )
+
+    async def main():
+        proc = await asyncio.create_subprocess_exec(PY, "-c", code, stdin=PIPE, stdout=PIPE)
+        try:
+            waiter = asyncio.ensure_future(proc.wait())
+            assert await proc.stdout.readexactly(5) == b"ready"
+            proc.kill()
+            if loop_kind == "corun" or STDLIB_WAIT_RETURNS_AT_EXIT:
+                assert await asyncio.wait_for(waiter, 10) == -signal.SIGKILL
+            else:
+                # Older asyncio: wait() also waits for the pipes.
+                await asyncio.wait([waiter], timeout=0.5)
+                assert not waiter.done()
+                assert proc.returncode == -signal.SIGKILL
+        finally:
+            proc.stdin.close()  # the grandchild exits
+            assert await proc.stdout.read() == b""
+        assert await asyncio.wait_for(waiter, 10) == -signal.SIGKILL
+
+    run(loop, main())

@@ -41,6 +41,16 @@ from corun.runtime.transports.stream import StreamTransport
 # Python 3.12.1 made wait_closed() wait for the connections of a closed server.
 _WAIT_FOR_CONNECTIONS: Final = sys.version_info >= (3, 12, 1)
 
+# gh-123720: serve_forever(), when cancelled, closes the server's connections
+# before waiting for them, or a silent client would hold wait_closed() forever.
+# Measured: absent from 3.12.1 and 3.13.0, present in 3.13.18, 3.14 and 3.15.
+_SERVE_FOREVER_CLOSES_CLIENTS: Final = sys.version_info >= (3, 13, 1)
+
+# Python 3.13 removes a Unix server's socket file when the server closes
+# (create_unix_server(cleanup_socket=True), the default there); earlier
+# versions leave it, so that is corun's default on them too.
+_UNIX_SOCKET_CLEANUP_DEFAULT: Final = sys.version_info >= (3, 13)
+
 #: Seconds to wait before accepting again after running out of fds.
 ACCEPT_RETRY_DELAY: Final = 1.0
 
@@ -77,19 +87,26 @@ class Server(asyncio.AbstractServer):
         self._ssl_shutdown_timeout = ssl_shutdown_timeout
         self._serving: bool = False
         self._serving_forever_fut: Future | None = None
+        # (path, inode) of the socket file close() removes if it is still ours.
+        self._unix_socket_file: tuple[str | bytes, int] | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} sockets={self.sockets!r}>"
 
-    def _attach(self, transport: Any) -> None:
+    # The transport is optional as in asyncio up to 3.12, whose own tests
+    # (TestServer2) count a connection in and out with _attach()/_detach().
+
+    def _attach(self, transport: Any = None) -> None:
         assert self._sockets is not None
         self._active_count += 1
-        self._clients.add(transport)
+        if transport is not None:
+            self._clients.add(transport)
 
-    def _detach(self, transport: Any) -> None:
+    def _detach(self, transport: Any = None) -> None:
         assert self._active_count > 0
         self._active_count -= 1
-        self._clients.discard(transport)
+        if transport is not None:
+            self._clients.discard(transport)
         if self._active_count == 0 and self._sockets is None:
             self._wakeup()
 
@@ -196,6 +213,7 @@ class Server(asyncio.AbstractServer):
         for sock in sockets:
             self._loop._remove_reader(sock.fileno())
             sock.close()
+        self._remove_unix_socket_file()
         self._serving = False
         fut = self._serving_forever_fut
         if fut is not None and not fut.done():
@@ -203,6 +221,23 @@ class Server(asyncio.AbstractServer):
             self._serving_forever_fut = None
         if self._active_count == 0:
             self._wakeup()
+
+    def _remove_unix_socket_file(self) -> None:
+        owned = self._unix_socket_file
+        if owned is None:
+            return
+        self._unix_socket_file = None
+        path, inode = owned
+        # On the loop's thread, as asyncio does: close() is synchronous and the
+        # file must be gone when it returns (one stat and one unlink, local).
+        try:
+            # Someone may have removed the file, or bound a new socket there.
+            if os.stat(path).st_ino == inode:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            logger.error("Unable to clean up listening UNIX socket %r: %r", path, exc)
 
     def close_clients(self) -> None:
         """Close every connection this server accepted."""
@@ -233,6 +268,8 @@ class Server(asyncio.AbstractServer):
         except asyncio.CancelledError:
             try:
                 self.close()
+                if _SERVE_FOREVER_CLOSES_CLIENTS:
+                    self.close_clients()
                 await self.wait_closed()
             finally:
                 raise
@@ -285,6 +322,13 @@ class _TLSAcceptWatcher:
             logger.debug("TLS handshake failed for an incoming connection: %r", exc)
 
 
+def _inode_of(path: str | bytes) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
 def _check_server_ssl(
     ssl: Any, ssl_handshake_timeout: object, ssl_shutdown_timeout: object
 ) -> None:
@@ -320,11 +364,16 @@ async def create_server(
     ssl: Any = None,
     reuse_address: bool | None = None,
     reuse_port: bool | None = None,
+    keep_alive: bool | None = None,
     ssl_handshake_timeout: float | None = None,
     ssl_shutdown_timeout: float | None = None,
     start_serving: bool = True,
 ) -> Server:
-    """``loop.create_server``: listen on every address ``host`` resolves to."""
+    """``loop.create_server``: listen on every address ``host`` resolves to.
+
+    ``keep_alive`` (as in Python 3.13) sets ``SO_KEEPALIVE`` on the listening
+    sockets, which their accepted connections inherit.
+    """
     _check_server_ssl(ssl, ssl_handshake_timeout, ssl_shutdown_timeout)
     if sock is not None:
         check_not_ssl_socket(sock)
@@ -365,6 +414,8 @@ async def create_server(
                     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, True)
                 if reuse_port:
                     set_reuseport(listener)
+                if keep_alive:
+                    listener.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, True)
                 if af == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
                     # Each family gets its own socket; v6 must not grab v4 too.
                     listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, True)
@@ -424,8 +475,14 @@ async def create_unix_server(
     ssl_handshake_timeout: float | None = None,
     ssl_shutdown_timeout: float | None = None,
     start_serving: bool = True,
+    cleanup_socket: bool = _UNIX_SOCKET_CLEANUP_DEFAULT,
 ) -> Server:
-    """``loop.create_unix_server``; a stale socket file at ``path`` is replaced."""
+    """``loop.create_unix_server``; a stale socket file at ``path`` is replaced.
+
+    With ``cleanup_socket`` (Python 3.13's parameter, and its default from
+    3.13 on) closing the server removes the socket file, ``path``'s or
+    ``sock``'s, unless it was removed or replaced by another in the meantime.
+    """
     _check_server_ssl(ssl, ssl_handshake_timeout, ssl_shutdown_timeout)
     if path is not None:
         if sock is not None:
@@ -448,10 +505,18 @@ async def create_unix_server(
         if sock is None:
             raise ValueError("path was not specified, and no sock specified")
         check_unix_stream_socket(sock)
+    owned: tuple[str | bytes, int] | None = None
+    if cleanup_socket:
+        name = sock.getsockname()
+        if name and name[0] not in (0, "\x00"):  # a file, not an abstract name
+            inode = await as_asyncio_loop(loop).run_in_executor(None, _inode_of, name)
+            if inode is not None:
+                owned = (name, inode)
     sock.setblocking(False)
     server = Server(
         loop, [sock], protocol_factory, ssl, backlog, ssl_handshake_timeout, ssl_shutdown_timeout
     )
+    server._unix_socket_file = owned
     if start_serving:
         await server.start_serving()
     return server

@@ -14,6 +14,7 @@ still the one this operation created (registering a new one cancels the old).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import os
@@ -326,9 +327,15 @@ async def sock_sendfile_native(
             sent += done
         return sent
     finally:
+        # The file position ends after what was sent, even when nothing was (at
+        # the end of the file), as asyncio leaves it since its 2026 bugfix
+        # releases (3.13.18, 3.14.10; 3.12.1 and 3.13.0 left it where it was).
+        # A file that cannot seek keeps its position.
         if sent > 0:
-            # As asyncio does: leave the file position after what was sent.
             file.seek(offset + sent)
+        else:
+            with contextlib.suppress(OSError):
+                file.seek(offset)
 
 
 async def send_in_chunks(
@@ -344,7 +351,9 @@ async def send_in_chunks(
     ``count`` bytes, or to the end of the file. Returns the bytes sent; the
     file position is left after them, as asyncio does.
     """
-    if offset:
+    # From ``offset``, even 0, not from wherever the file position is
+    # (gh-150107; asyncio's older releases skipped the seek for 0).
+    if hasattr(file, "seek"):
         file.seek(offset)
     blocksize = min(count, chunk) if count else chunk
     buf = bytearray(blocksize)

@@ -515,6 +515,20 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             proc.returncode = returncode
         self._call(self._protocol.process_exited)
         self._try_finish()
+        # wait() returns now, not when the pipes close too: a grandchild that
+        # holds them must not make it hang. asyncio does so since gh-119710
+        # (2026 bugfix releases: not in 3.12.1 or 3.13.0, in 3.13.18 and 3.14.10);
+        # corun does on every version, as no version's suite relies on the hang.
+        self._wake_exit_waiters()
+
+    def _wake_exit_waiters(self) -> None:
+        waiters = self._exit_waiters
+        self._exit_waiters = None
+        returncode = self._returncode
+        if waiters is not None and returncode is not None:
+            for waiter in waiters:
+                if not waiter.cancelled():
+                    waiter.set_result(returncode)
 
     def _try_finish(self) -> None:
         if self._finished or self._returncode is None:
@@ -530,21 +544,15 @@ class SubprocessTransport(asyncio.SubprocessTransport):
             if not self._connect_failed:
                 self._protocol.connection_lost(exc)
         finally:
-            # Wake up the futures waiting in _wait().
-            waiters = self._exit_waiters
-            self._exit_waiters = None
-            returncode = self._returncode
-            if waiters is not None and returncode is not None:
-                for waiter in waiters:
-                    if not waiter.cancelled():
-                        waiter.set_result(returncode)
+            # Wake up the futures waiting in _wait(), if the exit did not.
+            self._wake_exit_waiters()
             self._proc = None
             self._protocol = None
 
     async def _wait(self) -> int:
         """Wait for the child to exit; its return code (``asyncio.subprocess.Process.wait``).
 
-        Returns at once once the exit was delivered, else after ``connection_lost``.
+        Returns once the exit is delivered, even while a pipe is still open.
         """
         if self._returncode is not None:
             return self._returncode
