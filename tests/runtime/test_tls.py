@@ -400,14 +400,22 @@ def underlying(app_transport: Any) -> Any:
 
 def shrink_socket_buffers(sender: Any, receiver: Any) -> None:
     """Small kernel buffers, so that a paused reader backs the writer up soon
-    (loopback buffers otherwise absorb megabytes)."""
+    (loopback buffers otherwise absorb megabytes).
+
+    Not below 64 KiB: loopback's MSS is 65483 bytes, and with a buffer smaller
+    than one segment Linux's receiver cannot reopen a closed window, so the
+    sender falls back to zero-window probes with exponential backoff. With
+    16 KiB, 3 MiB of TLS stalled at 1 MiB for over 5 s on CPython 3.14 (plain
+    TCP in 16 KiB writes stalls the same way on 3.11); the kernel, not the loop.
+    """
     import socket
 
+    size = 64 * 1024
     underlying(sender).get_extra_info("socket").setsockopt(
-        socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024
+        socket.SOL_SOCKET, socket.SO_SNDBUF, size
     )
     underlying(receiver).get_extra_info("socket").setsockopt(
-        socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024
+        socket.SOL_SOCKET, socket.SO_RCVBUF, size
     )
 
 
@@ -634,7 +642,9 @@ def test_cancel_during_handshake(loop: Any, certs: Certs, mode: str) -> None:
             )
         else:
             plain, app = await loop.create_connection(lambda: Recorder(loop), "127.0.0.1", port)
-            coro = tls.start_tls(loop, plain, app, certs.client_context())
+            coro = tls.start_tls(
+                loop, plain, app, certs.client_context(), server_hostname="localhost"
+            )
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(coro, 0.05)
         if mode == "upgrade":
@@ -1498,6 +1508,53 @@ def test_starttls_handshake_failure_closes_transport(loop: Any, certs: Certs) ->
         # so both hear connection_lost.
         assert isinstance(await client.lost, ssl.SSLError)
         assert isinstance(await sproto.lost, ssl.SSLError)
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+
+
+def _wrap_bio_needs_server_hostname() -> bool:
+    """Whether this interpreter's ``wrap_bio`` refuses a client context that
+    checks host names when no name is given (CPython 3.13.x and later do;
+    3.11, 3.12.1 and 3.13.0 let the handshake run without the name check)."""
+    try:
+        ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO())
+    except ValueError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("via", ["tls.start_tls", "loop.start_tls"])
+def test_starttls_without_server_hostname(loop: Any, certs: Certs, via: str) -> None:
+    """A context that checks host names, and no name: what the ssl module does.
+
+    Where ``wrap_bio`` refuses, start_tls() raises its ValueError before it
+    touches the transport, which stays the caller's, as in asyncio; elsewhere
+    the handshake runs (without the name check) and succeeds.
+    """
+    start_tls = _loop_start_tls(loop, via == "loop.start_tls")
+    refuses = _wrap_bio_needs_server_hostname()
+
+    async def main() -> None:
+        server = await loop.create_server(
+            lambda: Recorder(loop), "127.0.0.1", 0, ssl=certs.server_context()
+        )
+        port = server.sockets[0].getsockname()[1]
+        tr, client = await loop.create_connection(lambda: Recorder(loop), "127.0.0.1", port)
+        ctx = certs.client_context()
+        assert ctx.check_hostname
+        if refuses:
+            with pytest.raises(ValueError, match="check_hostname requires server_hostname"):
+                await start_tls(tr, client, ctx)
+            assert not tr.is_closing()
+            assert tr.get_protocol() is client
+            tr.close()
+        else:
+            new_tr = await start_tls(tr, client, ctx)
+            assert new_tr.get_extra_info("peercert") is not None
+            new_tr.close()
+        assert await client.lost is None
         server.close()
         await server.wait_closed()
 
