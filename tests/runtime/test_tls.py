@@ -24,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import hashlib
+import inspect
 import logging
 import ssl
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -304,6 +306,8 @@ class Pair:
         return app
 
     def server_handshake_done(self, waiter: Any) -> None:
+        if not waiter.cancelled():
+            waiter.exception()  # retrieved, whether or not it is the first
         if self.server_handshakes.done():
             return
         if waiter.cancelled():
@@ -353,6 +357,7 @@ class Pair:
                 await waiter
             except BaseException:
                 plain.close()
+                del waiter  # no cycle through this frame (see test_no_cycles_...)
                 raise
         self.client, self.client_transport = pr, tr
         return tr, pr
@@ -400,14 +405,22 @@ def underlying(app_transport: Any) -> Any:
 
 def shrink_socket_buffers(sender: Any, receiver: Any) -> None:
     """Small kernel buffers, so that a paused reader backs the writer up soon
-    (loopback buffers otherwise absorb megabytes)."""
+    (loopback buffers otherwise absorb megabytes).
+
+    Not below 64 KiB: loopback's MSS is 65483 bytes, and with a buffer smaller
+    than one segment Linux's receiver cannot reopen a closed window, so the
+    sender falls back to zero-window probes with exponential backoff. With
+    16 KiB, 3 MiB of TLS stalled at 1 MiB for over 5 s on CPython 3.14 (plain
+    TCP in 16 KiB writes stalls the same way on 3.11); the kernel, not the loop.
+    """
     import socket
 
+    size = 64 * 1024
     underlying(sender).get_extra_info("socket").setsockopt(
-        socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024
+        socket.SOL_SOCKET, socket.SO_SNDBUF, size
     )
     underlying(receiver).get_extra_info("socket").setsockopt(
-        socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024
+        socket.SOL_SOCKET, socket.SO_RCVBUF, size
     )
 
 
@@ -466,11 +479,80 @@ def test_extra_info(loop: Any, certs: Certs, mode: str) -> None:
         assert server.transport.get_extra_info("ssl_object").server_side
         await pair.close()
         if ours(loop, mode):  # asyncio's transport forgets everything on a second close()
-            # After the connection is gone, only the TLS details remain.
-            assert tr.get_extra_info("sslcontext") is client_ctx
+            # After the connection is gone, the session and its context are
+            # let go (see test_context_freed_while_app_keeps_transport); what
+            # the handshake told remains.
+            assert tr.get_extra_info("sslcontext") is None
+            assert tr.get_extra_info("ssl_object") is None
+            assert tr.get_extra_info("peercert") == peercert
+            assert tr.get_extra_info("cipher") == cipher
             assert tr.get_extra_info("socket") is None
 
     run(loop, main())
+
+
+def test_no_cycles_after_failed_handshake(loop: Any, certs: Certs, mode: str, errors: Any) -> None:
+    """A failed handshake leaves no reference cycle: with the collector off,
+    the client's context is freed once the connection is gone (gh-159049)."""
+
+    async def main() -> weakref.ref[ssl.SSLContext]:
+        pair = Pair(loop, mode, certs, client_ctx=certs.client_context(trusted=False))
+        ref = weakref.ref(pair.client_ctx)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await pair.connect()
+        pair.client_ctx = None  # type: ignore[assignment]
+        await pair.close()
+        if mode == "upgrade":
+            await pair.server_handshake_error()  # the server's waiter, retrieved
+        return ref
+
+    gc.collect()
+    gc.disable()
+    try:
+        ref = run(loop, main())
+        if ours(loop, mode) or _create_connection_breaks_cycle():
+            assert ref() is None, gc.get_referrers(ref())
+        else:
+            assert ref() is not None  # asyncio before gh-159049: freed by a collection
+    finally:
+        gc.enable()
+    server_handshake_failed(loop, mode, errors)
+
+
+def _create_connection_breaks_cycle() -> bool:
+    """Whether asyncio's create_connection(ssl=) drops its waiter when the
+    handshake fails (gh-159049: CPython 3.14.x and 3.15)."""
+    source = inspect.getsource(asyncio.base_events.BaseEventLoop._create_connection_transport)
+    return "waiter = None" in source
+
+
+def test_context_freed_while_app_keeps_transport(loop: Any, certs: Certs, mode: str) -> None:
+    """The application keeps its transport after connection_lost; the TLS
+    session and its context are freed all the same, without a collection
+    (CPython 3.14's test_create_connection_memory_leak)."""
+
+    async def main() -> tuple[Any, weakref.ref[ssl.SSLContext]]:
+        pair = Pair(loop, mode, certs)
+        ref = weakref.ref(pair.client_ctx)
+        tr, client = await pair.connect()
+        server = await pair.server_app()
+        server.transport.close()
+        await client.eof
+        tr.close()  # asyncio's transport lets go of its protocol on this second close
+        assert await client.lost is None
+        pair.client_ctx = None  # type: ignore[assignment]
+        pair.client = pair.client_transport = None
+        await pair.close()
+        return client, ref
+
+    gc.collect()
+    gc.disable()
+    try:
+        client, ref = run(loop, main())
+        assert client.transport is not None
+        assert ref() is None, gc.get_referrers(ref())
+    finally:
+        gc.enable()
 
 
 def test_client_rejects_untrusted_server(loop: Any, certs: Certs, mode: str, errors: Any) -> None:
@@ -634,7 +716,9 @@ def test_cancel_during_handshake(loop: Any, certs: Certs, mode: str) -> None:
             )
         else:
             plain, app = await loop.create_connection(lambda: Recorder(loop), "127.0.0.1", port)
-            coro = tls.start_tls(loop, plain, app, certs.client_context())
+            coro = tls.start_tls(
+                loop, plain, app, certs.client_context(), server_hostname="localhost"
+            )
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(coro, 0.05)
         if mode == "upgrade":
@@ -765,9 +849,13 @@ def test_write_buffer_limits(loop: Any, certs: Certs, mode: str) -> None:
         shrink_socket_buffers(tr, server.transport)
         server.transport.pause_reading()
         chunk = b"x" * 100_000
-        while client.pauses == 0:
+        for _ in range(200):
             tr.write(chunk)
+            if client.pauses:
+                break
             await asyncio.sleep(0.001)
+        # Checked at once: once the loop runs, the socket may drain it.
+        assert client.pauses == 1
         assert tr.get_write_buffer_size() > 1000
         server.transport.resume_reading()
         while client.resumes == 0:
@@ -1109,6 +1197,55 @@ def test_shutdown_timeout(loop: Any, certs: Certs, mode: str) -> None:
         assert 0.09 <= loop.time() - start < 2
         assert hole.received > 0  # our close_notify
         pair.server_apps[0].transport.abort()  # closes `plain`
+        pair.server_apps.clear()
+        await pair.close()
+
+    run(loop, main())
+
+
+def _sslproto_times_out_after_eof() -> bool:
+    """Whether asyncio's sslproto keeps ssl_shutdown_timeout running until the
+    stream transport is gone (CPython 3.14; 3.11 to 3.13 cancel it first)."""
+    from asyncio import sslproto
+
+    return "call_later" in inspect.getsource(sslproto.SSLProtocol._on_shutdown_complete)
+
+
+@pytest.mark.parametrize("close_first", [True, False], ids=["close-then-eof", "eof-only"])
+def test_shutdown_timeout_after_eof_from_peer_not_reading(
+    loop: Any, certs: Certs, mode: str, close_first: bool
+) -> None:
+    """The peer sends EOF and never reads what we still have to send: the
+    stream transport's close() cannot flush, and ssl_shutdown_timeout ends it."""
+
+    async def main() -> None:
+        pair = Pair(loop, mode, certs, client_kwargs={"ssl_shutdown_timeout": 0.1})
+        tr, client = await pair.connect()
+        server = await pair.server_app()
+        shrink_socket_buffers(tr, server.transport)
+        server.transport.pause_reading()
+        chunk = b"x" * 256 * 1024
+        for _ in range(64):
+            if client.pauses:
+                break
+            tr.write(chunk)
+            await asyncio.sleep(0.01)
+        assert client.pauses, "the transport never paused writing"
+        if close_first:
+            tr.close()
+        underlying(server.transport).write_eof()  # EOF without close_notify
+        done, _ = await asyncio.wait([client.lost], timeout=1.0)
+        if ours(loop, mode) or _sslproto_times_out_after_eof():
+            assert done, "ssl_shutdown_timeout did not end the connection"
+            exc = client.lost.result()
+            assert isinstance(exc, TimeoutError) and str(exc) == "SSL shutdown timed out"
+        else:
+            assert not done  # asyncio before 3.14: open until aborted
+            tr.abort()
+            await client.lost
+        server.transport.abort()
+        await server.lost
+        pair.client_transport = None
         pair.server_apps.clear()
         await pair.close()
 
@@ -1498,6 +1635,53 @@ def test_starttls_handshake_failure_closes_transport(loop: Any, certs: Certs) ->
         # so both hear connection_lost.
         assert isinstance(await client.lost, ssl.SSLError)
         assert isinstance(await sproto.lost, ssl.SSLError)
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+
+
+def _wrap_bio_needs_server_hostname() -> bool:
+    """Whether this interpreter's ``wrap_bio`` refuses a client context that
+    checks host names when no name is given (CPython 3.13.x and later do;
+    3.11, 3.12.1 and 3.13.0 let the handshake run without the name check)."""
+    try:
+        ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO())
+    except ValueError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("via", ["tls.start_tls", "loop.start_tls"])
+def test_starttls_without_server_hostname(loop: Any, certs: Certs, via: str) -> None:
+    """A context that checks host names, and no name: what the ssl module does.
+
+    Where ``wrap_bio`` refuses, start_tls() raises its ValueError before it
+    touches the transport, which stays the caller's, as in asyncio; elsewhere
+    the handshake runs (without the name check) and succeeds.
+    """
+    start_tls = _loop_start_tls(loop, via == "loop.start_tls")
+    refuses = _wrap_bio_needs_server_hostname()
+
+    async def main() -> None:
+        server = await loop.create_server(
+            lambda: Recorder(loop), "127.0.0.1", 0, ssl=certs.server_context()
+        )
+        port = server.sockets[0].getsockname()[1]
+        tr, client = await loop.create_connection(lambda: Recorder(loop), "127.0.0.1", port)
+        ctx = certs.client_context()
+        assert ctx.check_hostname
+        if refuses:
+            with pytest.raises(ValueError, match="check_hostname requires server_hostname"):
+                await start_tls(tr, client, ctx)
+            assert not tr.is_closing()
+            assert tr.get_protocol() is client
+            tr.close()
+        else:
+            new_tr = await start_tls(tr, client, ctx)
+            assert new_tr.get_extra_info("peercert") is not None
+            new_tr.close()
+        assert await client.lost is None
         server.close()
         await server.wait_closed()
 

@@ -91,9 +91,13 @@ arrives, and only then is ``unwrap()`` called again: this avoids OpenSSL's
 ``APPLICATION_DATA_AFTER_CLOSE_NOTIFY``, which asyncio reports as a fatal
 ``SSLError`` when a peer was still sending. Then the stream transport is
 closed (it flushes its buffer first) and the application gets
-``eof_received()`` and ``connection_lost(None)``. If the timer fires first,
-the stream transport is force-closed and the application gets
-``connection_lost(TimeoutError('SSL shutdown timed out'))``. The peer's
+``eof_received()`` and ``connection_lost(None)``. The timer runs until the
+stream transport is gone, since its close() flushes its buffer first, which
+a peer that does not read holds up forever; it is started too when the peer
+began the shutdown (close_notify or EOF). If it fires first, the stream
+transport is force-closed and the application gets
+``connection_lost(TimeoutError('SSL shutdown timed out'))`` (as asyncio does
+since CPython 3.14). The peer's
 close_notify in WRAPPED is an EOF: ``eof_received()``, then the same
 shutdown; TLS has no half-close here, as in asyncio, so returning True from
 ``eof_received`` only logs a warning.
@@ -307,7 +311,9 @@ class TLSProtocol(asyncio.BufferedProtocol):
         self._server_hostname: str | None = (
             server_hostname if server_hostname and not server_side else None
         )
-        self._sslcontext: ssl.SSLContext = sslcontext
+        # Both None once the connection is lost: an application that keeps
+        # its transport must not keep the TLS session and its context alive.
+        self._sslcontext: ssl.SSLContext | None = sslcontext
         # TLS details for get_extra_info(); the rest arrive with the handshake.
         self._extra: dict[str, Any] = {"sslcontext": sslcontext}
         self._waiter: Waiter | None = waiter
@@ -326,7 +332,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
 
         self._incoming: ssl.MemoryBIO = ssl.MemoryBIO()
         self._outgoing: ssl.MemoryBIO = ssl.MemoryBIO()
-        self._sslobj: ssl.SSLObject = sslcontext.wrap_bio(
+        self._sslobj: ssl.SSLObject | None = sslcontext.wrap_bio(
             self._incoming,
             self._outgoing,
             server_side=server_side,
@@ -381,6 +387,12 @@ class TLSProtocol(asyncio.BufferedProtocol):
 
     def _state_name(self) -> str:
         return _STATE_NAMES[self._state]
+
+    def _session(self) -> ssl.SSLObject:
+        """The SSLObject; only called in states that have a connection."""
+        sslobj = self._sslobj
+        assert sslobj is not None, "the TLS session was released"
+        return sslobj
 
     def _set_app_protocol(self, app_protocol: asyncio.BaseProtocol) -> None:
         self._app_protocol = app_protocol
@@ -452,10 +464,17 @@ class TLSProtocol(asyncio.BufferedProtocol):
             self._app_state = APP_CON_LOST
             self._loop.call_soon(self._app_protocol.connection_lost, exc)
         self._set_state(UNWRAPPED)
-        # Break the cycles through the transports and the application.
+        # Break the cycles through the transports and the application, and
+        # let the TLS session go: the application may keep its transport
+        # (CPython 3.14's test_create_connection_memory_leak expects the
+        # context freed once the connection is closed, without a collection).
         self._transport = None
         self._app_transport = None
         self._app_protocol = None
+        self._sslobj = None
+        self._sslcontext = None
+        self._extra.pop("sslcontext", None)
+        self._extra.pop("ssl_object", None)
         if self._waiter is not None:
             # Lost before the handshake completed.
             self._wakeup_waiter(
@@ -588,7 +607,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
 
     def _do_handshake(self) -> None:
         try:
-            self._sslobj.do_handshake()
+            self._session().do_handshake()
         except _SSL_AGAIN:
             self._send_outgoing()
             return
@@ -602,7 +621,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
         if handle is not None:
             self._handshake_timeout_handle = None
             handle.cancel()
-        sslobj = self._sslobj
+        sslobj = self._session()
         exc = handshake_exc
         peercert: Any = None
         if exc is None:
@@ -705,7 +724,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
         try:
             # unwrap() fails on unread application records; drop them first.
             self._discard_incoming()
-            self._sslobj.unwrap()
+            self._session().unwrap()
         except _SSL_AGAIN:
             self._send_outgoing()  # our close_notify; wait for the peer's
             return
@@ -718,7 +737,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
 
     def _discard_incoming(self) -> bool:
         """Read and drop application data; True once the peer's close_notify was read."""
-        read_into: Any = self._sslobj.read
+        read_into: Any = self._session().read
         view = self._read_view
         size = len(view)
         try:
@@ -732,13 +751,19 @@ class TLSProtocol(asyncio.BufferedProtocol):
 
     def _on_shutdown_complete(self, shutdown_exc: BaseException | None) -> None:
         self._shutdown_done = True
-        handle = self._shutdown_timeout_handle
-        if handle is not None:
-            self._shutdown_timeout_handle = None
-            handle.cancel()
         if shutdown_exc is not None:
+            handle = self._shutdown_timeout_handle
+            if handle is not None:
+                self._shutdown_timeout_handle = None
+                handle.cancel()
             self._fatal_error(shutdown_exc)
             return
+        if self._shutdown_timeout_handle is None:
+            # The peer started the shutdown (close_notify or EOF): the
+            # stream transport's close() below still has to flush.
+            self._shutdown_timeout_handle = self._loop.call_later(
+                self._ssl_shutdown_timeout, self._check_shutdown_timeout
+            )
         transport = self._transport
         if transport is not None:
             # Not synchronously: we may be inside the transport's read callback.
@@ -794,7 +819,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
         size = data.nbytes if type(data) is memoryview else len(data)
         if size <= ENCRYPT_CHUNK:
             try:
-                self._sslobj.write(data)
+                self._session().write(data)
             except _SSL_AGAIN:  # a renegotiation waits for the peer
                 self._append_backlog(data)
             self._send_outgoing()
@@ -803,11 +828,12 @@ class TLSProtocol(asyncio.BufferedProtocol):
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")  # contiguous: see _write_appdata
         offset = 0
+        write = self._session().write
         try:
             while offset < size:
                 if self._ssl_writing_paused:
                     break
-                offset += self._sslobj.write(view[offset : offset + ENCRYPT_CHUNK])
+                offset += write(view[offset : offset + ENCRYPT_CHUNK])
                 self._send_outgoing()  # may pause us
         except _SSL_AGAIN:
             pass
@@ -822,7 +848,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
     def _flush_backlog(self, force: bool) -> None:
         """Encrypt the backlog while the transport takes it (``force``: regardless)."""
         backlog = self._write_backlog
-        write = self._sslobj.write
+        write = self._session().write
         try:
             while backlog and (force or not self._ssl_writing_paused):
                 data = backlog[0]
@@ -899,7 +925,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
         # data_received() call and one allocation per batch. read(n) would
         # allocate n bytes per record and shrink them to the record's size,
         # which glibc serves with a fresh mmap each time.
-        read_into: Any = self._sslobj.read
+        read_into: Any = self._session().read
         view = self._read_view
         size = len(view)
         closed = False
@@ -929,7 +955,7 @@ class TLSProtocol(asyncio.BufferedProtocol):
                 return
 
     def _deliver_buffered(self) -> None:
-        sslobj = self._sslobj
+        sslobj = self._session()
         # SSLObject.read(n, buffer) returns an int, which typeshed does not say.
         read_into: Any = sslobj.read
         closed = False
@@ -1274,5 +1300,9 @@ async def start_tls(
         transport.close()
         conmade_handle.cancel()
         resume_handle.cancel()
+        # The exception's traceback holds this frame, which would hold the
+        # waiter holding the exception: a cycle that keeps the transport
+        # alive until a collection (gh-159049).
+        del waiter
         raise
     return app_transport
