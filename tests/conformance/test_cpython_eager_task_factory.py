@@ -9,7 +9,8 @@ Python asyncio Tasks).  On 3.11, which has no eager tasks, the module is not
 there and this file is skipped.
 """
 
-from ._harness import cpython_module, impl, testcase_classes
+from ._harness import cpython_module, impl
+from ._harness import testcase_classes as _testcase_classes
 
 _m = cpython_module(globals(), "test_eager_task_factory")
 _impl = impl()
@@ -39,6 +40,6 @@ _STDLIB_BINDINGS = {
     "NonEagerCTaskTests",
     "EagerCTaskTests",
 }
-for _name, _cls in testcase_classes(_m).items():
+for _name, _cls in _testcase_classes(_m).items():
     if _name not in _STDLIB_BINDINGS:
         globals()[_name] = _cls
