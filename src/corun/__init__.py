@@ -1,8 +1,10 @@
 """corun: a Python coroutine runtime, compatible with asyncio.
 
 Run a coroutine on corun's loop with ``corun.run(main())``, or hand corun to
-asyncio with ``asyncio.Runner(loop_factory=corun.new_event_loop)`` or
-``corun.install()``.
+asyncio with a loop factory: ``asyncio.run(main(), loop_factory=corun.new_event_loop)``
+(Python 3.12+) or ``asyncio.Runner(loop_factory=corun.new_event_loop)``.
+``corun.install()`` sets an event loop policy instead, for programs that call
+``asyncio.run(main())`` themselves; asyncio deprecates policies from 3.14 on.
 """
 
 import os as _os

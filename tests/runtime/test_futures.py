@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import sys
 
 import pytest
 
@@ -92,13 +93,45 @@ def test_set_exception_instance_and_class(make_future):
     fut2.exception()
 
 
+class _StopSubclass(StopIteration):
+    pass
+
+
+# 3.13 turned a StopIteration given to set_exception() into a RuntimeError
+# (caused by it) that the future holds; 3.11 and 3.12 refuse one with a
+# TypeError, and take a subclass of it as any other exception.
+_STOP_BECOMES_RUNTIMEERROR = sys.version_info >= (3, 13)
+
+
 @pytest.mark.parametrize("stop", [StopIteration, StopIteration()])
-def test_set_exception_stop_iteration_is_type_error(make_future, stop):
+def test_set_exception_stop_iteration(make_future, stop):
     fut = make_future()
-    with pytest.raises(TypeError, match="StopIteration interacts badly"):
+    if _STOP_BECOMES_RUNTIMEERROR:
         fut.set_exception(stop)
-    assert not fut.done()
-    fut.cancel()
+        exc = fut.exception()
+        assert type(exc) is RuntimeError
+        assert "StopIteration interacts badly" in str(exc)
+        assert type(exc.__cause__) is StopIteration
+        assert exc.__context__ is exc.__cause__
+        with pytest.raises(RuntimeError):
+            fut.result()
+    else:
+        with pytest.raises(TypeError, match="StopIteration interacts badly"):
+            fut.set_exception(stop)
+        assert not fut.done()
+        fut.cancel()
+
+
+def test_set_exception_stop_iteration_subclass(make_future):
+    fut = make_future()
+    stop = _StopSubclass()
+    fut.set_exception(stop)
+    exc = fut.exception()
+    if _STOP_BECOMES_RUNTIMEERROR:
+        assert type(exc) is RuntimeError
+        assert exc.__cause__ is stop
+    else:
+        assert exc is stop
 
 
 def test_set_exception_rejects_non_exception(make_future):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import threading
 import time
 
@@ -91,11 +92,20 @@ def test_own_task_awaits_wrapped_concurrent_future(loop):
     t.join()
 
 
-def test_stdlib_task_awaits_own_future(loop, stdlib_task):
+# Python 3.14 keeps the running C task per thread, where asyncio.current_task()
+# (C) looks; its pure-Python Task registers in the pure-Python registry instead,
+# which only asyncio.tasks._py_current_task() reads.
+_PY_TASK_HAS_OWN_REGISTRY = sys.version_info >= (3, 14)
+
+
+def test_stdlib_task_awaits_own_future(loop, stdlib_task, request):
     fut = loop.create_future()
+    current_task = asyncio.current_task
+    if _PY_TASK_HAS_OWN_REGISTRY and "PyTask" in request.node.callspec.id:
+        current_task = asyncio.tasks._py_current_task
 
     async def waiter():
-        return await fut, asyncio.current_task()
+        return await fut, current_task()
 
     task = stdlib_task(waiter())
     loop.call_later(0.001, fut.set_result, "own future result")

@@ -608,6 +608,26 @@ def test_non_coroutine_is_type_error(loop, task_cls):
         task_cls(lambda: None, loop=loop)
 
 
+def test_a_task_refused_by_its_constructor_is_freed_quietly(loop, task_cls):
+    """A bad keyword argument leaves a half-made task: freeing it reports nothing.
+
+    (corun's task used to raise from __del__ about an attribute never set,
+    which Python printed as an unraisable exception.)
+    """
+    unraisable = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    try:
+        coro = asyncio.sleep(0)
+        with pytest.raises(TypeError):
+            task_cls(coro, loop=loop, no_such_argument=True)
+        coro.close()
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    assert [str(u.exc_value) for u in unraisable] == []
+
+
 def test_set_result_on_task_is_not_allowed(loop):
     async def coro():
         await asyncio.sleep(0)

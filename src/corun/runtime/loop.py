@@ -30,8 +30,10 @@ LOOP_CREATED: list[Callable[[EventLoop], object]] = []
 class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """corun's event loop: a ready queue, a timer heap and epoll.
 
-    Use it wherever an asyncio loop is expected: ``corun.run(main())``,
-    ``asyncio.Runner(loop_factory=corun.new_event_loop)``, or ``corun.install()``.
+    Use it wherever an asyncio loop is expected: ``corun.run(main())``, or as
+    asyncio's loop factory, ``asyncio.run(main(), loop_factory=corun.new_event_loop)``
+    (``asyncio.Runner(loop_factory=...)`` on 3.11); ``corun.install()`` sets an
+    event loop policy, which asyncio deprecates from 3.14 on.
     """
 
     def __init__(self) -> None:

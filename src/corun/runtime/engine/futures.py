@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextvars
 import sys
 import traceback
+import warnings
 from asyncio import AbstractEventLoop, CancelledError, InvalidStateError, get_event_loop
 from asyncio import Future as AsyncioFuture
 from collections.abc import Callable
@@ -47,6 +48,7 @@ from typing import Any, Final, cast, final
 from mypy_extensions import mypyc_attr
 
 from corun.runtime.engine import interpreted_await
+from corun.runtime.engine.asyncio_compat import awaiter_of_callback
 from corun.runtime.engine.formatting import (
     extract_stack,
     format_callbacks,
@@ -63,9 +65,10 @@ FINISHED: Final = "FINISHED"
 
 _ASYNCIO_FUTURE: Final[type[Any]] = AsyncioFuture
 
-# Python 3.12 turned StopIteration given to set_exception() into a RuntimeError
-# raised from it; 3.11 refuses it with a TypeError. Behave like the running Python.
-_STOPITERATION_TO_RUNTIMEERROR: Final = sys.version_info >= (3, 12)
+# Python 3.13 turns a StopIteration (or subclass) given to set_exception() into
+# a RuntimeError caused by it; 3.11 and 3.12 refuse exactly StopIteration with
+# a TypeError (a subclass passes). Behave like the running Python.
+_STOPITERATION_TO_RUNTIMEERROR: Final = sys.version_info >= (3, 13)
 _STOPITERATION_MESSAGE: Final = (
     "StopIteration interacts badly with generators and cannot be raised into a Future"
 )
@@ -187,6 +190,29 @@ class Future:
         if self._more_callbacks is not None:
             callbacks.extend(self._more_callbacks)
         return callbacks or None
+
+    @property
+    def _asyncio_awaited_by(self) -> frozenset[Any] | None:
+        """The tasks awaiting this future, or None: what 3.14's call graph reads.
+
+        Worked out from the callbacks when asked (see
+        ``asyncio_compat.awaiter_of_callback``), so that awaiting costs nothing
+        more: the tasks waiting on it, and for a task of a ``TaskGroup``, the
+        group's parent task, as asyncio records for its own futures.
+        """
+        awaiters: set[Any] = set()
+        fn = self._callback0
+        if fn is not None:
+            owner = awaiter_of_callback(self, fn)
+            if owner is not None:
+                awaiters.add(owner)
+        more = self._more_callbacks
+        if more is not None:
+            for fn, _ in more:
+                owner = awaiter_of_callback(self, fn)
+                if owner is not None:
+                    awaiters.add(owner)
+        return frozenset(awaiters) if awaiters else None
 
     @property
     def _log_traceback(self) -> bool:
@@ -337,7 +363,7 @@ class Future:
 
         Raises:
             InvalidStateError: the future is done already.
-            TypeError: ``exception`` is StopIteration (on Python 3.11).
+            TypeError: ``exception`` is StopIteration (before Python 3.13).
         """
         if self._state != PENDING:
             raise InvalidStateError(f"{self._state}: {self!r}")
@@ -345,9 +371,10 @@ class Future:
             exception = exception()
         if not isinstance(exception, BaseException):
             raise TypeError(f"invalid exception object {exception!r}")
-        if isinstance(exception, StopIteration):
-            if not _STOPITERATION_TO_RUNTIMEERROR:
+        if not _STOPITERATION_TO_RUNTIMEERROR:
+            if type(exception) is StopIteration:
                 raise TypeError(_STOPITERATION_MESSAGE)
+        elif isinstance(exception, StopIteration):
             new_exc = RuntimeError(_STOPITERATION_MESSAGE)
             new_exc.__cause__ = exception
             new_exc.__context__ = exception
@@ -373,6 +400,13 @@ class Future:
 # in this module's dict on every use. See corun.runtime.engine.interpreted_await for why.
 _RESULT_OF: Final[Callable[[Future], Any]] = interpreted_await.result_of
 _StopIteration: Final = StopIteration  # a static: mypyc looks builtins up by name
+
+# Python 3.12 deprecated throw(type, value, traceback) on generators, and on
+# asyncio's future iterator with them.
+_THROW_SIGNATURE_DEPRECATED: Final = sys.version_info >= (3, 12)
+_THROW_DEPRECATION: Final = (
+    "the (type, exc, tb) signature of throw() is deprecated, use the single-arg signature instead."
+)
 
 
 def _exception_to_throw(typ: Any, val: Any) -> BaseException:
@@ -435,8 +469,23 @@ class FutureIter:
         """Resume; the value sent is ignored, as asyncio's Future ignores it."""
         return self.__next__()
 
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        """Raise an exception at the ``await``, with generator.throw()'s checks."""
+    def throw(self, typ: Any, *rest: Any) -> Any:
+        """Raise an exception at the ``await``, with generator.throw()'s checks.
+
+        ``throw(exc)``; the ``throw(type, value, traceback)`` form is
+        deprecated from Python 3.12 on, as for generators.
+        """
+        if len(rest) > 2:
+            raise TypeError(f"throw expected at most 3 arguments, got {len(rest) + 1}")
+        val: Any = None
+        tb: Any = None
+        if rest:
+            if _THROW_SIGNATURE_DEPRECATED:
+                warnings.warn(_THROW_DEPRECATION, DeprecationWarning, stacklevel=1)
+            val = rest[0]
+            if len(rest) == 2:
+                tb = rest[1]
+        rest = ()
         if tb is not None and not isinstance(tb, TracebackType):
             raise TypeError("throw() third argument must be a traceback")
         exc: BaseException | None = _exception_to_throw(typ, val)

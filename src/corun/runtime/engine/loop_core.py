@@ -56,6 +56,11 @@ from mypy_extensions import mypyc_attr
 
 from corun.runtime._constants import logger
 from corun.runtime.engine.accounting import LoopAccounting
+from corun.runtime.engine.asyncio_compat import (
+    TASK_FACTORY_GETS_NAME,
+    TASK_FACTORY_KWARGS,
+    iscoroutinefunction,
+)
 from corun.runtime.engine.epoll import EpollIO
 from corun.runtime.engine.formatting import DEBUG_STACK_DEPTH
 from corun.runtime.engine.futures import Future, set_result_unless_cancelled
@@ -735,18 +740,43 @@ class LoopCore(LoopBase):
         *,
         name: object = None,
         context: contextvars.Context | None = None,
+        **kwargs: Any,
     ) -> Any:
-        """Schedule ``coro`` as a Task (or what the task factory makes of it)."""
+        """Schedule ``coro`` as a Task (or what the task factory makes of it).
+
+        As the running Python's asyncio does: from 3.13 on, other keyword
+        arguments (``eager_start=True``) go to the Task or the task factory,
+        and from 3.14 on the factory is given the name as well.
+        """
         if self._closed:  # not self._check_closed(): a Python-level dispatch here
             raise RuntimeError("Event loop is closed")
+        if kwargs and not TASK_FACTORY_KWARGS:
+            raise TypeError(
+                f"create_task() got an unexpected keyword argument {next(iter(kwargs))!r}"
+            )
         factory = self._task_factory
         if factory is None:
             # Task(coro, loop=..., name=..., context=...) without the keyword
             # arguments: see init_task.
             task: Any = _TASK.__new__(_TASK)
-            init_task(task, coro, as_asyncio_loop(self), name, context)
+            if kwargs:
+                eager_start = kwargs.pop("eager_start", False)
+                if kwargs:
+                    raise TypeError(
+                        f"Task() got an unexpected keyword argument {next(iter(kwargs))!r}"
+                    )
+                init_task(task, coro, as_asyncio_loop(self), name, context, bool(eager_start))
+            else:
+                init_task(task, coro, as_asyncio_loop(self), name, context)
         else:
-            if context is None:
+            if TASK_FACTORY_KWARGS:
+                if context is not None:
+                    kwargs["context"] = context
+                if TASK_FACTORY_GETS_NAME and name is not None:
+                    kwargs["name"] = name
+                    name = None
+                task = factory(self, coro, **kwargs)
+            elif context is None:
                 task = factory(self, coro)
             else:
                 task = factory(self, coro, context=context)

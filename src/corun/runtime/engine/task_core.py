@@ -14,9 +14,13 @@ which wakes the task with CancelledError thrown in at its ``await``; if the
 task is not waiting (it is scheduled to run), ``_must_cancel`` makes its next
 step throw CancelledError instead of sending.
 
-The task registers with asyncio (``_register_task``, ``_enter_task``,
-``_leave_task``), so ``asyncio.current_task()``, ``asyncio.all_tasks()`` and
-everything built on them (``timeout``, ``TaskGroup``) see corun tasks.
+The task registers with asyncio (through ``asyncio_compat``), so
+``asyncio.current_task()``, ``asyncio.all_tasks()`` and everything built on
+them (``timeout``, ``TaskGroup``) see corun tasks.
+
+An eager task (``eager_start=True``, Python 3.12's eager task factories) runs
+its first step at once, inside ``__init__``, as the current task in place of
+its creator; it is only scheduled if that step does not finish it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import sys
 import traceback
 from asyncio import AbstractEventLoop, CancelledError, InvalidStateError, iscoroutine
 from asyncio import Task as AsyncioTask
-from asyncio import tasks as _asyncio_tasks
 from collections.abc import Callable, Coroutine, Generator
 from types import CoroutineType, FrameType
 from typing import IO, Any, Final, cast
@@ -37,23 +40,30 @@ from typing import IO, Any, Final, cast
 from mypy_extensions import mypyc_attr
 
 from corun.runtime.engine.accounting import LoopAccounting
+from corun.runtime.engine.asyncio_compat import (
+    PY312,
+    enter_task,
+    leave_task,
+    register_eager_task,
+    register_task,
+    swap_current_task,
+    unregister_eager_task,
+)
 from corun.runtime.engine.formatting import format_coroutine
 from corun.runtime.engine.futures import FINISHED, PENDING, Future, add_callback
 from corun.runtime.engine.handles import LoopBase, call_soon
 from corun.runtime.engine.instruments import NO_INSTRUMENTS, Instruments
 
-# asyncio's registry of current and all tasks. These are the C
-# implementations when the _asyncio extension is present, which is what
-# asyncio.current_task() and asyncio.all_tasks() read.
-# Typed loosely: typeshed asks for asyncio.Task, and any Task-like object works.
-_register_task: Final[Callable[[Any], None]] = _asyncio_tasks._register_task
+# asyncio's registry of current and all tasks (see asyncio_compat), as
+# compiled statics: mypyc looks an imported name up by name on every use.
+_register_task: Final[Callable[[Any], None]] = register_task
 # Compiled statics: mypyc looks a builtin or an imported name up by name on
 # every use, and these are used on every task or step.
 _COROUTINE_TYPE: Final[type[Any]] = CoroutineType
 _ASYNCIO_TASK: Final[type[Any]] = AsyncioTask
 _StopIteration: Final = StopIteration
-_enter_task: Final[Callable[[AbstractEventLoop, Any], None]] = _asyncio_tasks._enter_task
-_leave_task: Final[Callable[[AbstractEventLoop, Any], None]] = _asyncio_tasks._leave_task
+_enter_task: Final[Callable[[AbstractEventLoop, Any], None]] = enter_task
+_leave_task: Final[Callable[[AbstractEventLoop, Any], None]] = leave_task
 
 _next_task_number: Final = itertools.count(1).__next__
 
@@ -96,7 +106,9 @@ class TaskCore(Future):
 
     # The flags first and together, as in Future: they share one slot.
     # Log "Task was destroyed but it is pending!" when collected while pending.
-    _log_destroy_pending: bool = True
+    # False until init_task has run: a task whose construction failed (a bad
+    # argument) has nothing to report, and no loop to report it to.
+    _log_destroy_pending: bool = False
     _must_cancel: bool = False
     # Set by init_task (which __init__ calls).
     #
@@ -121,7 +133,8 @@ class TaskCore(Future):
     _corun_wake_max: float = 0.0
     _corun_wake_p99: float = 0.0
     _fut_waiter: Any
-    _coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any]
+    # None once an eager task finished in its first step (as asyncio drops it).
+    _coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any] | None
     _context: contextvars.Context
 
     def __init__(
@@ -131,8 +144,11 @@ class TaskCore(Future):
         loop: AbstractEventLoop | None = None,
         name: object = None,
         context: contextvars.Context | None = None,
+        eager_start: object = False,
     ) -> None:
-        init_task(self, coro, loop, name, context)
+        if eager_start is not False and not PY312:
+            raise TypeError("Task.__init__() got an unexpected keyword argument 'eager_start'")
+        init_task(self, coro, loop, name, context, bool(eager_start))
 
     def __del__(self) -> None:
         if self._state == PENDING and self._log_destroy_pending:
@@ -156,15 +172,18 @@ class TaskCore(Future):
             # Still pending, but asked to cancel.
             info[0] = "cancelling"
         info.insert(1, f"name={self.get_name()!r}")
-        info.insert(2, f"coro=<{format_coroutine(self._coro)}>")
+        position = 2
+        if self._coro is not None:
+            info.insert(position, f"coro=<{format_coroutine(self._coro)}>")
+            position += 1
         if self._fut_waiter is not None:
-            info.insert(3, f"wait_for={self._fut_waiter!r}")
+            info.insert(position, f"wait_for={self._fut_waiter!r}")
         return info
 
     # --- the public Task API -------------------------------------------------
 
-    def get_coro(self) -> Coroutine[Any, Any, Any] | Generator[Any, None, Any]:
-        """The coroutine this task runs."""
+    def get_coro(self) -> Coroutine[Any, Any, Any] | Generator[Any, None, Any] | None:
+        """The coroutine this task runs (None for an eager task that finished eagerly)."""
         return self._coro
 
     def get_context(self) -> contextvars.Context:
@@ -313,6 +332,7 @@ def init_task(
     loop: AbstractEventLoop | None,
     name: object,
     context: contextvars.Context | None,
+    eager_start: bool = False,
 ) -> None:
     """``TaskCore.__init__``'s work, callable on an instance made by ``__new__``.
 
@@ -326,6 +346,7 @@ def init_task(
         # The task never ran; don't log that it was destroyed pending.
         task._log_destroy_pending = False
         raise TypeError(f"a coroutine was expected, got {coro!r}")
+    task._log_destroy_pending = True
     if name is None:
         task._name = _next_task_number()
     else:
@@ -347,8 +368,44 @@ def init_task(
         accounting.task_spawned(task._corun_id, task._corun_parent, task._name)
     if instruments.task_spawned:
         instruments.call_task_hook("task_spawned", instruments.task_spawned, task)
-    schedule_step(task, None)
-    _register_task(task)
+    if eager_start and task._loop.is_running():
+        try:
+            _eager_start(task)
+        except BaseException:
+            task._log_destroy_pending = False
+            raise
+    else:
+        schedule_step(task, None)
+        _register_task(task)
+
+
+def _eager_start(task: TaskCore) -> None:
+    """Run the first step of ``task`` now, as the current task of its loop.
+
+    The creator (the current task, if any) gives its place up for the step and
+    gets it back after; the task is registered with asyncio as eager for the
+    step, and as an ordinary task only if the step did not finish it.
+    """
+    loop = task._loop
+    accounting = _accounting_of(task)
+    creator = accounting.step_task if accounting is not None else None
+    previous = swap_current_task(loop, task)
+    try:
+        register_eager_task(task)
+        try:
+            task._context.run(_TASK_STEP, task, None, True)
+        finally:
+            unregister_eager_task(task)
+    finally:
+        try:
+            swap_current_task(loop, previous)
+        finally:
+            if accounting is not None:
+                accounting.step_task = creator
+            if task._state != PENDING:
+                task._coro = None
+            else:
+                _register_task(task)
 
 
 def _instruments_of(task: TaskCore) -> Instruments:
@@ -398,8 +455,12 @@ def schedule_step(task: TaskCore, exc: BaseException | None) -> None:
         task._loop.call_soon(_TASK_STEP, task, exc, context=task._context)
 
 
-def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
-    """Run one step of ``task``: send None into its coroutine, or throw ``exc`` in."""
+def task_step(task: TaskCore, exc: BaseException | None = None, eager: bool = False) -> None:
+    """Run one step of ``task``: send None into its coroutine, or throw ``exc`` in.
+
+    ``eager``: the first step of an eager task, which ``_eager_start`` made
+    the current task already.
+    """
     if task._state != PENDING:
         raise InvalidStateError(f"_step(): already done: {task!r}, {exc!r}")
     if task._must_cancel:
@@ -424,9 +485,10 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
             accounting.step_task = task
         if instruments.before_task_step:
             instruments.call_task_hook("before_task_step", instruments.before_task_step, task)
-    _enter_task(loop, task)
+    if not eager:
+        _enter_task(loop, task)
     try:
-        coro = task._coro
+        coro = cast(Coroutine[Any, Any, Any], task._coro)  # None only once done
         try:
             if exc is None:
                 result = coro.send(None)
@@ -477,7 +539,8 @@ def task_step(task: TaskCore, exc: BaseException | None = None) -> None:
             else:
                 _handle_yield(task, result)
     finally:
-        _leave_task(loop, task)
+        if not eager:
+            _leave_task(loop, task)
         if hooked:
             if accounting is not None and task._state != PENDING:
                 accounting.task_exited(
