@@ -26,7 +26,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import errno
-import inspect
 import os
 import signal
 import socket
@@ -69,10 +68,6 @@ from corun.runtime.engine.instruments import Instrument
 from corun.runtime.engine.interpreted_task import Task
 from corun.runtime.engine.task_core import TaskCore, account_task_step, init_task, task_step
 from corun.runtime.engine.timers import TimerHandle, TimerQueue
-
-# asyncio.iscoroutinefunction is deprecated from 3.14 (it only added the marker of
-# the generator-based coroutines that 3.11 removed): the debug checks use inspect's.
-_iscoroutinefunction: Final = inspect.iscoroutinefunction
 
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
@@ -624,7 +619,7 @@ class LoopCore(LoopBase):
             )
 
     def _check_callback(self, callback: object, method: str) -> None:
-        if iscoroutine(callback) or _iscoroutinefunction(callback):
+        if iscoroutine(callback) or iscoroutinefunction(callback):
             raise TypeError(f"coroutines cannot be used with {method}()")
         if not _callable(callback):
             raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")
@@ -1022,7 +1017,7 @@ class LoopCore(LoopBase):
             ValueError: ``sig`` is not a valid signal number.
             RuntimeError: ``sig`` cannot be caught, or this is not the main thread.
         """
-        if iscoroutine(callback) or _iscoroutinefunction(callback):
+        if iscoroutine(callback) or iscoroutinefunction(callback):
             raise TypeError("coroutines cannot be used with add_signal_handler()")
         self._check_signal(sig)
         self._check_closed()
