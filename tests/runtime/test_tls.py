@@ -638,8 +638,10 @@ def test_handshake_timeout(loop: Any, certs: Certs, errors: Any) -> None:
             ssl_handshake_timeout=0.1,
         )
         plain.set_protocol(protocol)
-        protocol.connection_made(plain)
+        # Before connection_made(), which arms the timer: a busy machine may
+        # stop the thread between the two for tens of milliseconds.
         start = loop.time()
+        protocol.connection_made(plain)
         with pytest.raises(ConnectionAbortedError) as info:
             await waiter
         assert 0.09 <= loop.time() - start < 2
