@@ -1643,6 +1643,52 @@ def test_starttls_handshake_failure_closes_transport(loop: Any, certs: Certs) ->
     run(loop, main())
 
 
+def _stdlib_start_tls_takes_reader_buffer() -> bool:
+    """Whether asyncio's start_tls hands a StreamReader's buffered bytes to
+    the TLS layer (gh-142352: CPython 3.13.x and later)."""
+    return "_stream_reader" in inspect.getsource(asyncio.base_events.BaseEventLoop.start_tls)
+
+
+def test_starttls_server_with_hello_already_read(loop: Any, certs: Certs) -> None:
+    """The client's ClientHello arrives before the server's start_tls() and
+    sits in its StreamReader: the handshake must still see it."""
+    if not ours(loop, "native") and not _stdlib_start_tls_takes_reader_buffer():
+        pytest.skip(
+            "asyncio before gh-142352 (3.11, 3.12.1) never hands it over: the handshake hangs"
+        )
+    server_done: asyncio.Future[Any] = loop.create_future()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await asyncio.sleep(0.2)  # the ClientHello is read meanwhile
+            await writer.start_tls(certs.server_context(), ssl_handshake_timeout=1.0)
+            assert await reader.readline() == b"ping\n"
+            writer.write(b"pong\n")
+            await writer.drain()
+            server_done.set_result(None)
+        except BaseException as exc:
+            server_done.set_exception(exc)
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        client = loop.create_task(
+            writer.start_tls(certs.client_context(), server_hostname="localhost")
+        )
+        await client
+        writer.write(b"ping\n")
+        assert await reader.readline() == b"pong\n"
+        await server_done
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+
+
 def _wrap_bio_needs_server_hostname() -> bool:
     """Whether this interpreter's ``wrap_bio`` refuses a client context that
     checks host names when no name is given (CPython 3.13.x and later do;
