@@ -1254,6 +1254,55 @@ def test_shutdown_timeout_after_eof_from_peer_not_reading(
     run(loop, main())
 
 
+def _stdlib_loses_connection_once() -> bool:
+    """Whether asyncio's socket transport survives a protocol that closes it
+    from resume_writing() (gh-156512: CPython 3.14.x and later)."""
+    from asyncio import selector_events
+
+    return "gh-156512" in inspect.getsource(selector_events)
+
+
+class AbortOnResume(Recorder):
+    """Aborts its transport from resume_writing()."""
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.transport.abort()
+
+
+def test_abort_from_resume_writing(loop: Any, certs: Certs, mode: str, errors: Any) -> None:
+    """The application aborts from resume_writing(), which the stream
+    transport calls as its buffer drains: connection_lost comes once."""
+    stdlib_transport = mode == "upgrade" and isinstance(loop, asyncio.BaseEventLoop)
+    if stdlib_transport and not _stdlib_loses_connection_once():
+        pytest.skip("asyncio's socket transport before gh-156512 loses the connection twice")
+
+    async def main() -> None:
+        client = AbortOnResume(loop)
+        pair = Pair(loop, mode, certs, client_factory=lambda: client)
+        tr, _ = await pair.connect()
+        server = await pair.server_app()
+        shrink_socket_buffers(tr, server.transport)
+        tr.set_write_buffer_limits(high=0)
+        server.transport.pause_reading()
+        for _ in range(64):
+            if client.pauses:
+                break
+            tr.write(b"x" * 256 * 1024)
+            await asyncio.sleep(0.01)
+        assert client.pauses == 1
+        server.transport.resume_reading()
+        assert await client.lost is None
+        assert client.resumes == 1
+        for _ in range(5):
+            await asyncio.sleep(0)
+        pair.client_transport = None
+        await pair.close()
+
+    run(loop, main())
+    assert not errors.contexts, errors.contexts
+
+
 def test_unexpected_eof(loop: Any, certs: Certs, mode: str) -> None:
     """The peer closes TCP without close_notify, after sending data."""
 
