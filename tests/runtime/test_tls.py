@@ -638,8 +638,10 @@ def test_handshake_timeout(loop: Any, certs: Certs, errors: Any) -> None:
             ssl_handshake_timeout=0.1,
         )
         plain.set_protocol(protocol)
-        protocol.connection_made(plain)
+        # Before connection_made(), which arms the timer: a busy machine may
+        # stop the thread between the two for tens of milliseconds.
         start = loop.time()
+        protocol.connection_made(plain)
         with pytest.raises(ConnectionAbortedError) as info:
             await waiter
         assert 0.09 <= loop.time() - start < 2
@@ -1252,6 +1254,55 @@ def test_shutdown_timeout_after_eof_from_peer_not_reading(
     run(loop, main())
 
 
+def _stdlib_loses_connection_once() -> bool:
+    """Whether asyncio's socket transport survives a protocol that closes it
+    from resume_writing() (gh-156512: CPython 3.14.x and later)."""
+    from asyncio import selector_events
+
+    return "gh-156512" in inspect.getsource(selector_events)
+
+
+class AbortOnResume(Recorder):
+    """Aborts its transport from resume_writing()."""
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.transport.abort()
+
+
+def test_abort_from_resume_writing(loop: Any, certs: Certs, mode: str, errors: Any) -> None:
+    """The application aborts from resume_writing(), which the stream
+    transport calls as its buffer drains: connection_lost comes once."""
+    stdlib_transport = mode == "upgrade" and isinstance(loop, asyncio.BaseEventLoop)
+    if stdlib_transport and not _stdlib_loses_connection_once():
+        pytest.skip("asyncio's socket transport before gh-156512 loses the connection twice")
+
+    async def main() -> None:
+        client = AbortOnResume(loop)
+        pair = Pair(loop, mode, certs, client_factory=lambda: client)
+        tr, _ = await pair.connect()
+        server = await pair.server_app()
+        shrink_socket_buffers(tr, server.transport)
+        tr.set_write_buffer_limits(high=0)
+        server.transport.pause_reading()
+        for _ in range(64):
+            if client.pauses:
+                break
+            tr.write(b"x" * 256 * 1024)
+            await asyncio.sleep(0.01)
+        assert client.pauses == 1
+        server.transport.resume_reading()
+        assert await client.lost is None
+        assert client.resumes == 1
+        for _ in range(5):
+            await asyncio.sleep(0)
+        pair.client_transport = None
+        await pair.close()
+
+    run(loop, main())
+    assert not errors.contexts, errors.contexts
+
+
 def test_unexpected_eof(loop: Any, certs: Certs, mode: str) -> None:
     """The peer closes TCP without close_notify, after sending data."""
 
@@ -1635,6 +1686,52 @@ def test_starttls_handshake_failure_closes_transport(loop: Any, certs: Certs) ->
         # so both hear connection_lost.
         assert isinstance(await client.lost, ssl.SSLError)
         assert isinstance(await sproto.lost, ssl.SSLError)
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+
+
+def _stdlib_start_tls_takes_reader_buffer() -> bool:
+    """Whether asyncio's start_tls hands a StreamReader's buffered bytes to
+    the TLS layer (gh-142352: CPython 3.13.x and later)."""
+    return "_stream_reader" in inspect.getsource(asyncio.base_events.BaseEventLoop.start_tls)
+
+
+def test_starttls_server_with_hello_already_read(loop: Any, certs: Certs) -> None:
+    """The client's ClientHello arrives before the server's start_tls() and
+    sits in its StreamReader: the handshake must still see it."""
+    if not ours(loop, "native") and not _stdlib_start_tls_takes_reader_buffer():
+        pytest.skip(
+            "asyncio before gh-142352 (3.11, 3.12.1) never hands it over: the handshake hangs"
+        )
+    server_done: asyncio.Future[Any] = loop.create_future()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await asyncio.sleep(0.2)  # the ClientHello is read meanwhile
+            await writer.start_tls(certs.server_context(), ssl_handshake_timeout=1.0)
+            assert await reader.readline() == b"ping\n"
+            writer.write(b"pong\n")
+            await writer.drain()
+            server_done.set_result(None)
+        except BaseException as exc:
+            server_done.set_exception(exc)
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        client = loop.create_task(
+            writer.start_tls(certs.client_context(), server_hostname="localhost")
+        )
+        await client
+        writer.write(b"ping\n")
+        assert await reader.readline() == b"pong\n"
+        await server_done
+        writer.close()
         server.close()
         await server.wait_closed()
 

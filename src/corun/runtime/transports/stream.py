@@ -269,7 +269,9 @@ class StreamTransport(SocketTransport):
         self._maybe_pause_protocol()
 
     def _write_ready(self) -> None:
-        if self._conn_lost:
+        # "> 0", not truthiness: mypy would narrow _conn_lost to 0 for the
+        # whole method, though resume_writing() below may change it.
+        if self._conn_lost > 0:
             return
         sock = self._sock
         assert sock is not None
@@ -292,13 +294,18 @@ class StreamTransport(SocketTransport):
                 self._empty_waiter.set_exception(exc)
             return
         self._consume(sent)
-        self._maybe_resume_protocol()  # may append to the buffer
+        self._maybe_resume_protocol()  # may append to the buffer, or close
+        if self._conn_lost:
+            # resume_writing() aborted (or closed with nothing left to send):
+            # connection_lost is scheduled already, and must come only once.
+            return
         if self._buffer:
             return
         self._loop._remove_writer(self._sock_fd)
         if self._empty_waiter is not None:
             self._empty_waiter.set_result(None)
         if self._closing:
+            self._conn_lost += 1
             self._call_connection_lost(None)
         elif self._eof:
             sock.shutdown(socket.SHUT_WR)

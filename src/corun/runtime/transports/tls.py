@@ -1240,6 +1240,24 @@ def _force_close(transport: asyncio.BaseTransport, exc: BaseException) -> None:
         transport.abort()  # type: ignore[attr-defined]
 
 
+def _take_stream_reader_buffer(protocol: asyncio.BaseProtocol, tls_protocol: TLSProtocol) -> None:
+    """Hand the TLS layer what a StreamReader already read (gh-142352).
+
+    A client may send its ClientHello before the server's ``start_tls``; an
+    ``asyncio.StreamReaderProtocol`` has then put it in its reader's buffer,
+    where the handshake would never see it. asyncio (3.13.x and later) moves
+    it into the TLS session; so do we, on every version. The reader's buffer
+    is private to asyncio and has no public accessor, hence ``getattr``.
+    """
+    if not isinstance(protocol, asyncio.StreamReaderProtocol):
+        return
+    reader = getattr(protocol, "_stream_reader", None)
+    buffer = getattr(reader, "_buffer", None)
+    if isinstance(buffer, bytearray) and buffer:
+        tls_protocol._incoming.write(buffer)
+        buffer.clear()
+
+
 async def start_tls(
     loop: asyncio.AbstractEventLoop,
     transport: asyncio.BaseTransport,
@@ -1291,6 +1309,8 @@ async def start_tls(
     plain: Any = transport
     # Paused first, so no data reaches the TLS protocol before connection_made().
     plain.pause_reading()
+    if server_side:
+        _take_stream_reader_buffer(protocol, tls_protocol)
     transport.set_protocol(tls_protocol)
     conmade_handle = loop.call_soon(tls_protocol.connection_made, transport)
     resume_handle = loop.call_soon(plain.resume_reading)
