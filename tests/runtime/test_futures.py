@@ -401,3 +401,17 @@ def test_call_soon_replaced_on_the_instance_schedules_done_callbacks(loop, futur
     assert scheduled == [seen.append]
     loop.run_until_complete(asyncio.sleep(0))
     assert seen == [fut]
+
+
+def test_initializing_a_future_twice(make_future, loop):
+    """3.15 refuses a second __init__; earlier versions start the future afresh."""
+    fut = make_future()
+    if sys.version_info >= (3, 15):
+        with pytest.raises(RuntimeError, match="already initialized"):
+            fut.__init__(loop=loop)
+        assert fut.get_loop() is loop and not fut.done()
+    else:
+        fut.set_result(1)
+        fut.__init__(loop=loop)
+        assert not fut.done()
+    fut.cancel()

@@ -628,6 +628,31 @@ def test_a_task_refused_by_its_constructor_is_freed_quietly(loop, task_cls):
     assert [str(u.exc_value) for u in unraisable] == []
 
 
+@pytest.mark.corun_only
+@pytest.mark.parametrize("eager", [False, True])
+def test_a_context_that_is_not_a_context_is_refused(loop, eager):
+    """Refused by the constructor, not by the first step (CPython gh-157301).
+
+    Corun only: asyncio checks it from the releases that carry that fix
+    (3.13.18, 3.14.10 and 3.15 here; not 3.11.7 or 3.12.1), and CPython's
+    test_tasks checks both, under tests/conformance.
+    """
+    import corun
+
+    async def main():
+        coro = asyncio.sleep(0)
+        with pytest.raises(TypeError, match=r"contextvars\.Context was expected, got str"):
+            if eager and sys.version_info >= (3, 12):
+                corun.Task(coro, loop=loop, context="not a context", eager_start=True)
+            else:
+                loop.create_task(coro, context="not a context")
+        coro.close()
+        await asyncio.sleep(0)  # the loop still runs
+        return "usable"
+
+    assert run(loop, main()) == "usable"
+
+
 def test_set_result_on_task_is_not_allowed(loop):
     async def coro():
         await asyncio.sleep(0)

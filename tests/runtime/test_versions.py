@@ -195,8 +195,10 @@ def test_eager_task_that_fails_in_its_first_step(loop, task_cls):
         assert task.done()
         with pytest.raises(ValueError, match="first step"):
             task.result()
-        # The coroutine is dropped once it is done, as asyncio does.
-        assert task.get_coro() is None
+        # The coroutine is dropped once it is done, as asyncio does. (asyncio's
+        # C Task crashed in get_coro() there before 3.12.5: CPython gh-122332.)
+        if task_cls is not asyncio.Task or sys.version_info >= (3, 12, 5):
+            assert task.get_coro() is None
 
     run(loop, main())
 

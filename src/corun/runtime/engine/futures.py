@@ -69,6 +69,8 @@ _ASYNCIO_FUTURE: Final[type[Any]] = AsyncioFuture
 # a RuntimeError caused by it; 3.11 and 3.12 refuse exactly StopIteration with
 # a TypeError (a subclass passes). Behave like the running Python.
 _STOPITERATION_TO_RUNTIMEERROR: Final = sys.version_info >= (3, 13)
+# Python 3.15 refuses __init__ on a future (or task) already initialized.
+_REFUSE_SECOND_INIT: Final = sys.version_info >= (3, 15)
 _STOPITERATION_MESSAGE: Final = (
     "StopIteration interacts badly with generators and cannot be raised into a Future"
 )
@@ -98,6 +100,8 @@ class Future:
     __log_traceback: bool = False
     # Whether _loop is a corun loop: see handles.call_soon.
     _corun_loop: bool = False
+    # Set by __init__: Python 3.15 refuses to initialize a future twice.
+    _corun_initialized: bool = False
     _state: str = PENDING
 
     # Invariant: _state is PENDING, CANCELLED or FINISHED and only leaves
@@ -112,9 +116,13 @@ class Future:
     # _callback0 is only filled while _more_callbacks is None, which keeps
     # the order of registration.
     def __init__(self, *, loop: AbstractEventLoop | None = None) -> None:
+        if _REFUSE_SECOND_INIT:
+            if self._corun_initialized:
+                raise RuntimeError(f"{type(self).__name__} object is already initialized")
         if loop is None:
             loop = get_event_loop()
         self._loop: AbstractEventLoop = loop
+        self._corun_initialized = True
         corun_loop = isinstance(loop, LoopBase)
         self._corun_loop = corun_loop
         self._state: str = PENDING

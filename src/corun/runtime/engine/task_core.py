@@ -143,7 +143,7 @@ class TaskCore(Future):
         *,
         loop: AbstractEventLoop | None = None,
         name: object = None,
-        context: contextvars.Context | None = None,
+        context: object = None,
         eager_start: object = False,
     ) -> None:
         if eager_start is not False and not PY312:
@@ -331,7 +331,7 @@ def init_task(
     coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
     loop: AbstractEventLoop | None,
     name: object,
-    context: contextvars.Context | None,
+    context: object,
     eager_start: bool = False,
 ) -> None:
     """``TaskCore.__init__``'s work, callable on an instance made by ``__new__``.
@@ -346,6 +346,10 @@ def init_task(
         # The task never ran; don't log that it was destroyed pending.
         task._log_destroy_pending = False
         raise TypeError(f"a coroutine was expected, got {coro!r}")
+    if context is not None and not isinstance(context, contextvars.Context):
+        # Checked now, not when the first step runs in it (CPython gh-157301).
+        task._log_destroy_pending = False
+        raise TypeError(f"a contextvars.Context was expected, got {type(context).__name__}")
     task._log_destroy_pending = True
     if name is None:
         task._name = _next_task_number()
