@@ -1,18 +1,14 @@
 """``Task``: the public task class, a thin interpreted subclass of ``TaskCore``.
 
 asyncio keeps its registry of all tasks (``asyncio.all_tasks()``) in a
-``WeakSet``, so a task must support weak references. mypyc cannot give a
-compiled class a ``__weakref__`` slot soundly: the only ways (a plain Python
-base class, or ``Generic``) give it one that its generated dealloc never
-clears, and freeing a weakly referenced object then crashes Python 3.11
-(mypyc issue 1102). A class written in Python that subclasses a compiled one
-is an ordinary heap type: its ``__weakref__`` slot is cleared by CPython's own
-dealloc before the compiled one runs. That slot is what this class adds (and
-``Generic``, for ``Task[int]`` in annotations); the implementation,
-``TaskCore`` in ``task_core.py``, stays compiled, and ``__slots__`` keeps
-instances free of a ``__dict__``: an idle task costs one pointer more than
-the compiled core. ``tests/runtime/test_task_lifecycle.py`` creates and
-frees millions of tasks, weakly referenced by asyncio, to prove it.
+``WeakSet``, so a task must support weak references: ``TaskCore`` inherits
+the weak reference slot that ``setup.py`` adds to the compiled ``Future``
+(mypyc alone cannot give one that is cleared when the object is freed). This
+class adds ``Generic``, for ``Task[int]`` in annotations; the
+implementation, ``TaskCore`` in ``task_core.py``, stays compiled, and
+``__slots__`` keeps instances free of a ``__dict__``.
+``tests/runtime/test_task_lifecycle.py`` creates and frees millions of
+tasks, weakly referenced by asyncio, to prove it.
 
 It also takes attributes set by the program: asyncio's C Task does
 (``asyncio.current_task().created = time.time()``), and real programs rely
@@ -39,10 +35,6 @@ from corun.runtime.engine.task_core import TaskCore
 
 _T = TypeVar("_T")
 
-# The pure-Python build's TaskCore has a __weakref__ slot already, and a
-# subclass may not declare a second one.
-_SLOTS: tuple[str, ...] = () if hasattr(TaskCore, "__weakref__") else ("__weakref__",)
-
 # Attributes set on tasks beyond their class's own, per task.
 _ATTRIBUTES: weakref.WeakKeyDictionary[TaskCore, dict[str, Any]] = weakref.WeakKeyDictionary()
 
@@ -55,7 +47,7 @@ class Task(TaskCore, Generic[_T]):
     takes attributes of the program's own, as asyncio's tasks do.
     """
 
-    __slots__ = _SLOTS
+    __slots__ = ()
 
     def __getattr__(self, name: str) -> Any:
         # Called only when the ordinary lookup found nothing.
