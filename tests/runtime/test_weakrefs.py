@@ -1,10 +1,14 @@
-"""Weak references to futures, tasks and handles.
+"""Weak references to futures, tasks and handles, and tasks that refer to themselves.
 
 asyncio's Future, Task, Handle and TimerHandle take weak references, and
 programs (and test suites that check for leaks) take them. Freeing a weakly
 referenced object must clear its references: ``ref()`` answers None and the
 callbacks run, at once when the last reference goes, or at the collection
 that frees a cycle. Each test runs on corun's loop and on asyncio's.
+
+A task that refers to itself through an attribute of the program's own is a
+cycle like any other, which the garbage collector must see and free, with
+"Task was destroyed but it is pending!" when it was still waiting.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -260,3 +265,66 @@ def test_hundreds_of_thousands_of_weakly_referenced_futures_and_handles_are_free
     assert report["dangling"] == 0
     assert report["called"] == 2 * 200 * rounds
     assert report["compiled"] == corun.COMPILED
+
+
+# --- a task that refers to itself through an attribute ------------------------
+
+SELF_REFERENCES: dict[str, Callable[[Any], None]] = {
+    "itself": lambda task: setattr(task, "me", task),
+    "closure": lambda task: setattr(task, "on_done", lambda: task.done()),
+    "container": lambda task: setattr(task, "state", {"owner": [task]}),
+    "done_callback": lambda task: task.add_done_callback(lambda _: task.done()),
+}
+
+
+@pytest.mark.parametrize("how", list(SELF_REFERENCES))
+def test_pending_task_referring_to_itself_is_collected_and_reported(loop, errors, how):
+    async def wait_forever():
+        await loop.create_future()  # nobody else holds it
+
+    task = loop.create_task(wait_forever())
+    run_once(loop)
+    SELF_REFERENCES[how](task)
+    recorder = Recorder()
+    ref = weakref.ref(task, recorder)
+    del task
+    gc.collect()
+    assert_freed(ref, recorder)
+    context = errors.pop("Task was destroyed but it is pending")
+    assert not context["task"].done()
+    del context
+
+
+@pytest.mark.parametrize("how", list(SELF_REFERENCES))
+def test_finished_task_referring_to_itself_is_collected(loop, how):
+    async def work():
+        await asyncio.sleep(0)
+        return "done"
+
+    task = loop.create_task(work())
+    SELF_REFERENCES[how](task)
+    assert loop.run_until_complete(task) == "done"
+    recorder = Recorder()
+    ref = weakref.ref(task, recorder)
+    del task
+    gc.collect()
+    assert_freed(ref, recorder)
+
+
+def test_running_task_referring_to_itself_is_collected(loop):
+    """``asyncio.current_task().me = ...``, as programs do, from inside."""
+
+    async def work():
+        task = asyncio.current_task()
+        assert task is not None
+        task.me = task
+        task.created = 1.5
+        await asyncio.sleep(0)
+        return task.me, task.created
+
+    task = loop.create_task(work())
+    assert loop.run_until_complete(task) == (task, 1.5)
+    ref = weakref.ref(task)
+    del task
+    gc.collect()
+    assert ref() is None
