@@ -8,10 +8,11 @@ loaded. Everything else about the package lives in pyproject.toml.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import sysconfig
-from typing import Final
+from typing import Any, Final
 
 from setuptools import setup
 
@@ -27,6 +28,160 @@ def compiled_modules() -> list[str]:
         for name in os.listdir(ENGINE)
         if name.endswith(".py") and name != "__init__.py" and not name.startswith("interpreted_")
     )
+
+
+# Compiled classes whose instances take weak references, as asyncio's Future
+# and Handle do, and with them every compiled subclass. mypyc (2.4) has no way
+# to say so: it ignores __weakref__ in __slots__, and its only weakref-capable
+# layout (a class with a Python base) never clears the references when an
+# instance is freed, which crashes (mypyc issue 1102). So the C it generates
+# is extended here, in the way CPython's own C types do it: a weak reference
+# list field in the instance struct, tp_weaklistoffset pointing at it, and a
+# dealloc that clears the list (calling the callbacks, making ref() return
+# None) after the finalizer and before the fields are cleared. The cost: one
+# pointer per instance and one test per free. Interpreted subclasses (Task)
+# inherit the slot, and CPython's subtype_dealloc leaves it to this dealloc.
+WEAKLY_REFERENCED: Final = (
+    "corun.runtime.engine.futures.Future",
+    "corun.runtime.engine.handles.Handle",
+)
+WEAKLIST_FIELD: Final = "corun_weakreflist"
+_STRUCT: Final = re.compile(r"typedef struct \{\n(?P<body>.*?)\n\} (?P<name>\w+);", re.DOTALL)
+
+
+class WeakrefPatchError(RuntimeError):
+    """mypyc generated C that the weak reference extension does not recognise."""
+
+
+def _weakref_structs(header: str, marked: tuple[str, ...]) -> dict[str, int]:
+    """Every struct laid out as a marked one, or as its extension: name -> field index.
+
+    A compiled subclass's struct starts with its base's fields, so a struct is
+    patched when it starts with a marked struct's fields: the weak reference
+    list goes right after them, where it is for the base too. Found by layout,
+    not listed by name, so that a new subclass cannot be missed.
+    """
+    bodies = {
+        m["name"]: [line.strip() for line in m["body"].split("\n")]
+        for m in _STRUCT.finditer(header)
+    }
+    found: dict[str, int] = {}
+    for base in marked:
+        prefix = bodies.get(base)
+        if prefix is None:
+            continue
+        if f"PyObject *{WEAKLIST_FIELD};" in prefix:
+            prefix = prefix[: prefix.index(f"PyObject *{WEAKLIST_FIELD};")]
+        for name, body in bodies.items():
+            if body[: len(prefix)] == prefix:
+                if name in found:
+                    raise WeakrefPatchError(f"{name} extends two weakly referenced classes")
+                found[name] = len(prefix)
+    return found
+
+
+def _patch_struct(header: str, name: str, index: int) -> str:
+    field = f"PyObject *{WEAKLIST_FIELD};"
+    for m in _STRUCT.finditer(header):
+        if m["name"] != name:
+            continue
+        lines = m["body"].split("\n")
+        if field in (line.strip() for line in lines):
+            return header
+        indent = lines[index - 1][: len(lines[index - 1]) - len(lines[index - 1].lstrip())]
+        lines.insert(index, indent + field)
+        return header[: m.start("body")] + "\n".join(lines) + header[m.end("body") :]
+    raise WeakrefPatchError(f"struct {name} not found")
+
+
+def _patch_dealloc(code: str, struct: str) -> str:
+    """Clear the weak references once the finalizer ran (it may resurrect)."""
+    m = re.search(rf"\w+_dealloc\({struct} \*self\)\n", code)
+    if m is None:
+        raise WeakrefPatchError(f"no dealloc for {struct}")
+    end = code.find("done: ;", m.end())
+    untrack = code.find("PyObject_GC_UnTrack(self);", m.end(), end)
+    if end < 0 or untrack < 0:
+        raise WeakrefPatchError(f"the dealloc of {struct} has no PyObject_GC_UnTrack")
+    line_start = code.rfind("\n", 0, untrack) + 1
+    indent = code[line_start:untrack]
+    after = code.find("\n", untrack) + 1
+    clear = f"if (self->{WEAKLIST_FIELD} != NULL) PyObject_ClearWeakRefs((PyObject *)self);"
+    if code[after:end].lstrip().startswith(clear):
+        return code
+    return code[:after] + indent + clear + "\n" + code[after:]
+
+
+def _patch_template(code: str, struct: str) -> str:
+    basicsize = f".tp_basicsize = sizeof({struct}),"
+    at = code.find(basicsize)
+    if at < 0:
+        raise WeakrefPatchError(f"no type template for {struct}")
+    start = code.rfind("static PyTypeObject ", 0, at)
+    end = code.find("};", at)
+    offset = f".tp_weaklistoffset = offsetof({struct}, {WEAKLIST_FIELD}),"
+    block = code[start:end]
+    if offset in block:
+        return code
+    if ".tp_weaklistoffset" in block:
+        raise WeakrefPatchError(f"the type of {struct} has a weak reference list already")
+    line_start = code.rfind("\n", 0, at) + 1
+    after = code.find("\n", at) + 1
+    return code[:after] + code[line_start:at] + offset + "\n" + code[after:]
+
+
+def add_weakref_support(extensions: list[Any]) -> None:
+    """Give the WEAKLY_REFERENCED classes weak reference support in mypyc's generated C.
+
+    Edits the generated files in place, before they are compiled; running it
+    again on files it edited changes nothing. Raises WeakrefPatchError when
+    the C does not look as expected (a newer mypyc), rather than building
+    classes that crash.
+    """
+    from mypyc.namegen import exported_name
+
+    marked = tuple(f"{exported_name(name)}Object" for name in WEAKLY_REFERENCED)
+    files = sorted(
+        {
+            path
+            for ext in extensions
+            for path in [*ext.sources, *getattr(ext, "depends", [])]
+            if os.path.basename(path).startswith("__native") and path.endswith((".c", ".h"))
+        }
+    )
+    texts = {}
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            texts[path] = f.read()
+    structs: dict[str, int] = {}
+    for path, text in texts.items():
+        if path.endswith(".h"):
+            found = _weakref_structs(text, marked)
+            for name, index in found.items():
+                text = _patch_struct(text, name, index)
+            texts[path] = text
+            structs.update(found)
+    missing = set(marked) - set(structs)
+    if missing:
+        raise WeakrefPatchError(f"structs not found: {sorted(missing)}")
+    for struct in structs:
+        for patch in (_patch_dealloc, _patch_template):
+            hits = [path for path, text in texts.items() if path.endswith(".c") and struct in text]
+            done = False
+            for path in hits:
+                try:
+                    texts[path] = patch(texts[path], struct)
+                except WeakrefPatchError:
+                    continue
+                done = True
+            if not done:
+                raise WeakrefPatchError(f"{patch.__name__} found nothing to patch for {struct}")
+    for path, text in texts.items():
+        with open(path, encoding="utf-8") as f:
+            unchanged = f.read() == text
+        if not unchanged:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
 
 
 def _pure_requested() -> bool:
@@ -50,7 +205,9 @@ def _ext_modules() -> list[object]:
     except ImportError:
         print("corun: mypyc is not available: building pure Python", file=sys.stderr)
         return []
-    return list(mypycify(compiled_modules(), opt_level="3", debug_level="1"))
+    extensions = list(mypycify(compiled_modules(), opt_level="3", debug_level="1"))
+    add_weakref_support(extensions)
+    return extensions
 
 
 setup(ext_modules=_ext_modules())

@@ -80,6 +80,8 @@ _STOPITERATION_MESSAGE: Final = (
 # Not Generic at run time: mypyc gives generic classes a __dict__ and a
 # __weakref__ slot, and its dealloc does not clear weak references (a crash
 # on Python 3.11). Future[int] still works at run time (__class_getitem__).
+# Weakly referenceable all the same: setup.py adds the slot, and its clearing,
+# to the compiled class (WEAKLY_REFERENCED).
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Future:
     """A result that will be available later, bound to one event loop.

@@ -148,6 +148,8 @@ class Handle:
     skips it when its turn comes.
     """
 
+    # mypyc ignores __weakref__ here: the compiled build gets its weak
+    # reference slot from setup.py (WEAKLY_REFERENCED), the pure one from this.
     __slots__ = (
         "__weakref__",
         "_args",

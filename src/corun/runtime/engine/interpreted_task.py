@@ -1,30 +1,25 @@
 """``Task``: the public task class, a thin interpreted subclass of ``TaskCore``.
 
-asyncio keeps its registry of all tasks (``asyncio.all_tasks()``) in a
-``WeakSet``, so a task must support weak references. mypyc cannot give a
-compiled class a ``__weakref__`` slot soundly: the only ways (a plain Python
-base class, or ``Generic``) give it one that its generated dealloc never
-clears, and freeing a weakly referenced object then crashes Python 3.11
-(mypyc issue 1102). A class written in Python that subclasses a compiled one
-is an ordinary heap type: its ``__weakref__`` slot is cleared by CPython's own
-dealloc before the compiled one runs. That slot is what this class adds (and
-``Generic``, for ``Task[int]`` in annotations); the implementation,
-``TaskCore`` in ``task_core.py``, stays compiled, and ``__slots__`` keeps
-instances free of a ``__dict__``: an idle task costs one pointer more than
-the compiled core. ``tests/runtime/test_task_lifecycle.py`` creates and
-frees millions of tasks, weakly referenced by asyncio, to prove it.
+The implementation, ``TaskCore`` in ``task_core.py``, is compiled; this class
+adds what only an interpreted class gets soundly from mypyc:
 
-It also takes attributes set by the program: asyncio's C Task does
-(``asyncio.current_task().created = time.time()``), and real programs rely
-on it (mitmproxy, under websockets' proxy tests, for one). A compiled class
-has no ``__dict__``, and mypyc allows no ``__setattr__`` or ``__getattr__``
-on a class that interpreted classes subclass, so the hooks are here, and the
-values live in a side table keyed weakly by the task, made on first use: an
-idle task carries no dict pointer and costs what it cost before. Attributes
-the class defines are set as before; only names it does not know go to the
-table. Futures do not take attributes: they are instances of the compiled
-class itself, and making them interpreted, to hold these hooks, measured 40%
-more instructions per await (see ``futures.py``).
+* ``Generic``, for ``Task[int]`` in annotations (mypyc gives a generic
+  compiled class a ``__dict__`` and a weak reference slot it never clears).
+* A ``__dict__``, for attributes set by the program: asyncio's C Task takes
+  them (``asyncio.current_task().created = time.time()``), and real programs
+  rely on it (mitmproxy, under websockets' proxy tests, for one). mypyc
+  allows no ``__setattr__`` or ``__getattr__`` on a class that interpreted
+  classes subclass, and a compiled class has no ``__dict__``. CPython owns
+  this one: its ``subtype_traverse`` and ``subtype_clear`` visit and clear
+  it before handing over to the compiled ``TaskCore``'s, so a task that
+  refers to itself through an attribute (``task.x = task``, a callback that
+  closes over it) is a cycle the garbage collector sees and frees, as
+  asyncio's is. (A table keyed weakly by the task, which this replaces, kept
+  such a task alive forever.) The dict is made on first use: an idle task
+  costs the dict pointer CPython keeps beside the object.
+
+Weak references (asyncio keeps its registry of tasks in a ``WeakSet``) come
+from ``Future``, whose compiled layout has the slot (see ``setup.py``).
 
 Deliberately not compiled (setup.py compiles every module in ``engine/`` but
 those named ``interpreted_*``).
@@ -32,19 +27,11 @@ those named ``interpreted_*``).
 
 from __future__ import annotations
 
-import weakref
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from corun.runtime.engine.task_core import TaskCore
 
 _T = TypeVar("_T")
-
-# The pure-Python build's TaskCore has a __weakref__ slot already, and a
-# subclass may not declare a second one.
-_SLOTS: tuple[str, ...] = () if hasattr(TaskCore, "__weakref__") else ("__weakref__",)
-
-# Attributes set on tasks beyond their class's own, per task.
-_ATTRIBUTES: weakref.WeakKeyDictionary[TaskCore, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 class Task(TaskCore, Generic[_T]):
@@ -54,30 +41,3 @@ class Task(TaskCore, Generic[_T]):
     rather than directly. Passes ``isinstance(task, asyncio.Task)``, and
     takes attributes of the program's own, as asyncio's tasks do.
     """
-
-    __slots__ = _SLOTS
-
-    def __getattr__(self, name: str) -> Any:
-        # Called only when the ordinary lookup found nothing.
-        extra = _ATTRIBUTES.get(self)
-        if extra is not None and name in extra:
-            return extra[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        try:
-            object.__setattr__(self, name, value)
-        except AttributeError:
-            if hasattr(type(self), name):
-                raise  # an attribute of the class that refuses to be set
-            extra = _ATTRIBUTES.get(self)
-            if extra is None:
-                extra = _ATTRIBUTES[self] = {}
-            extra[name] = value
-
-    def __delattr__(self, name: str) -> None:
-        extra = _ATTRIBUTES.get(self)
-        if extra is not None and name in extra:
-            del extra[name]
-        else:
-            object.__delattr__(self, name)
