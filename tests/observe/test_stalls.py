@@ -249,3 +249,27 @@ def test_a_stall_shows_in_the_flight_recorder_and_the_blocked_view(
     _wait_for_stalls(observer, 1)
     kinds = [event.kind for event in observer.events()]
     assert "stall" in kinds
+
+
+def test_a_backstop_signal_after_faulthandler_lets_go_does_not_end_the_process() -> None:
+    """The interpreter's finalization unregisters faulthandler's handler; a timer may still fire.
+
+    faulthandler puts back the disposition it found: the default one ended
+    the process on the signal (status -61, a child of the suite on 3.15).
+    """
+    import subprocess
+
+    program = (
+        "import faulthandler, signal, threading\n"
+        "from corun.observe import backstop\n"
+        "stop = backstop.Backstop(60.0)\n"
+        "assert stop.by_signal, 'no POSIX timer here'\n"
+        "faulthandler.unregister(backstop.SIGNAL)  # as finalization does\n"
+        "signal.pthread_kill(threading.get_ident(), backstop.SIGNAL)  # the timer's, late\n"
+        "stop.close()\n"
+        "print('alive')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "alive\n"), done.stderr

@@ -32,6 +32,7 @@ from corun.observe.alarm import Itimerspec
 SIGNAL: Final = signal.SIGRTMAX - 3
 _CLOCK_MONOTONIC: Final = 1
 _SIGEV_THREAD_ID: Final = 4
+_SIG_IGN: Final = 1
 
 
 class _Sigevent(ctypes.Structure):
@@ -46,9 +47,29 @@ class _Sigevent(ctypes.Structure):
 
 
 @functools.cache
+def _libc() -> ctypes.PyDLL:
+    return ctypes.PyDLL(None, use_errno=True)
+
+
+def _ignore_when_unregistered() -> None:
+    """Make the signal's disposition, under faulthandler's handler, "ignore".
+
+    faulthandler puts back the disposition it found when it unregisters,
+    which it does as the interpreter finalizes: a timer's signal arriving
+    after that found the default action and ended the process (status -61,
+    seen on 3.15). Set in C, as ``signal.signal`` may only be called from
+    the main thread and this runs on the watchdog's.
+    """
+    handler = _libc().signal
+    handler.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    handler.restype = ctypes.c_void_p
+    handler(int(SIGNAL), _SIG_IGN)
+
+
+@functools.cache
 def _calls() -> tuple[Callable[..., int], Callable[..., int], Callable[..., int]]:
     # PyDLL: the watchdog keeps the GIL over a system call of a microsecond.
-    libc = ctypes.PyDLL(None, use_errno=True)
+    libc = _libc()
     create = libc.timer_create
     create.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
     create.restype = ctypes.c_int
@@ -122,6 +143,7 @@ class Backstop:
             self._timer = None  # dump_traceback_later, below
             return
         if not _registered:
+            _ignore_when_unregistered()
             faulthandler.register(SIGNAL, file=self._file, all_threads=True, chain=False)
             _registered = True
 
