@@ -116,9 +116,8 @@ class Future:
     # _callback0 is only filled while _more_callbacks is None, which keeps
     # the order of registration.
     def __init__(self, *, loop: AbstractEventLoop | None = None) -> None:
-        if _REFUSE_SECOND_INIT:
-            if self._corun_initialized:
-                raise RuntimeError(f"{type(self).__name__} object is already initialized")
+        if _REFUSE_SECOND_INIT and self._corun_initialized:
+            raise RuntimeError(f"{type(self).__name__} object is already initialized")
         if loop is None:
             loop = get_event_loop()
         self._loop: AbstractEventLoop = loop
