@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 from corun.observe.alarm import Alarm, read_count
 from corun.observe.backstop import Backstop, dump_file_made, prepare
 from corun.observe.protocol import logger, name_this_thread
-from corun.runtime.engine.accounting import HANDOFF_TIMEOUT
+from corun.runtime.engine.accounting import HANDOFF_TIMEOUT, LOOK_RETRY_FIRST
 
 if TYPE_CHECKING:
     from corun.observe.observer import Observer
@@ -311,6 +311,7 @@ class Monitor:
             for accounting, gate in armed:
                 accounting.look_gate = gate
                 accounting.look_misses = 0
+                accounting.look_retry = LOOK_RETRY_FIRST
                 if wait < BELL_BELOW:
                     accounting.look_bell = self._wake
                     accounting.look_due = accounting.clock() + wait - min(LOOK_EARLY, wait / 4)

@@ -300,6 +300,12 @@ HANDOFF_TIMEOUT: Final = 0.001
 #: Hand-overs the loop tries again, at its next polls, when the other thread
 #: did not come in time (another took the GIL first): it still wants it.
 HANDOFF_RETRIES: Final = 3
+#: After those, the loop tries a look's hand-over again this long after, then
+#: twice as long each time, up to ``LOOK_RETRY_MOST``: a watchdog that its
+#: timer woke late (a busy machine) waits for the GIL meanwhile, and a loop
+#: that only lets it go for a poll's moment would keep it from it for good.
+LOOK_RETRY_FIRST: Final = 0.002
+LOOK_RETRY_MOST: Final = 0.128
 _NEVER: Final = float("inf")
 
 
@@ -368,6 +374,7 @@ class LoopAccounting:
         self.alarm_due: float = 0.0
         self.alarms: i64 = 0
         self.look_misses: i64 = 0
+        self.look_retry: float = LOOK_RETRY_FIRST
         self.turn_due: float = _NEVER
         self.turn_gate: Any = None
         self.turn_misses: i64 = 0
@@ -424,7 +431,7 @@ class LoopAccounting:
         the watchdog, after a poll, for at most ``HANDOFF_TIMEOUT``, having
         rung its ``look_bell`` if it set one. If the thread did not come (another took
         the GIL first), the loop tries again at its next polls,
-        ``HANDOFF_RETRIES`` times.
+        ``HANDOFF_RETRIES`` times; for a look, then again ``look_retry`` later.
         """
         # The thread may publish its next gate while the loop waits on this
         # one: a slot is cleared only if it still holds the gate waited on.
@@ -442,12 +449,18 @@ class LoopAccounting:
             if bell is not None:
                 self.look_bells += 1
                 bell.set()
-            if self._handed_over(gate, self.look_misses, HANDOFF_TIMEOUT):
-                if self.look_gate is gate:
+            taken = gate is None or self._taken(gate, HANDOFF_TIMEOUT)
+            if self.look_gate is gate:
+                if taken:
                     self.look_due = _NEVER
                     self.look_gate = None
-            elif self.look_gate is gate:
-                self.look_misses += 1
+                    self.look_retry = LOOK_RETRY_FIRST
+                elif self.look_misses < HANDOFF_RETRIES:
+                    self.look_misses += 1
+                else:
+                    self.look_misses = 0
+                    self.look_due = self.clock() + self.look_retry
+                    self.look_retry = min(2.0 * self.look_retry, LOOK_RETRY_MOST)
         end = self.clock()
         self.hand_over_seconds += end - now
         self.last_read = 0.0  # the wait is the other thread's, not the next step's
@@ -495,11 +508,15 @@ class LoopAccounting:
         """Wait on ``gate``: False if it did not open and the hand-over is to be tried again."""
         if gate is None:
             return True
+        return self._taken(gate, wait) or misses >= HANDOFF_RETRIES
+
+    def _taken(self, gate: Any, wait: float) -> bool:
+        """Wait on ``gate`` for at most ``wait`` seconds: whether it opened."""
         self.hand_overs += 1
         if gate.acquire(True, wait):
             return True
         self.hand_overs_missed += 1
-        return misses >= HANDOFF_RETRIES
+        return False
 
     def sync_wall(self) -> None:
         """Measure ``wall_offset`` again (the watchdog does, every second), after clock steps."""
