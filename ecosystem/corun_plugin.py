@@ -1,8 +1,9 @@
 """pytest plugin for ``make ecosystem``: bind a suite to a loop and record the loops that ran.
 
-Loaded with ``-p corun_plugin``. ``CORUN_ECOSYSTEM_LOOP=corun`` installs
-``corun.EventLoopPolicy`` before any test module is imported, and maps
-uvicorn's ``loop`` setting to corun. In either mode the plugin writes one JSON
+Loaded with ``-p corun_plugin``. ``CORUN_ECOSYSTEM_LOOP=corun`` hands corun's loop
+factory to the hooks that take one (``IsolatedAsyncioTestCase.loop_factory`` on 3.13+,
+pytest-asyncio's ``pytest_asyncio_loop_factories``, uvicorn's ``loop`` setting) and
+installs ``corun.EventLoopPolicy`` for the rest, before any test module is imported. In either mode the plugin writes one JSON
 line per test to ``$CORUN_ECOSYSTEM_REPORT``: its outcome, a one-line message
 for a failure, and the classes of the event loops that ran (and were created)
 during the test, so the harness can tell that corun's loop really was used.
@@ -14,6 +15,7 @@ import asyncio
 import asyncio.events
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable, Generator
 from typing import Any
@@ -83,12 +85,45 @@ if LOOP == "corun":
     _record_init(corun.EventLoop)
 
 
+def _policy() -> object:
+    """The event loop policy; on 3.14+ without asyncio's DeprecationWarning (which a
+    suite's ``filterwarnings = error`` would turn into a failure of the test)."""
+    get = getattr(asyncio.events, "_get_event_loop_policy", None)  # 3.14+
+    return get() if get is not None else asyncio.get_event_loop_policy()
+
+
 def _is_corun_policy() -> bool:
-    return type(asyncio.get_event_loop_policy()).__module__.startswith("corun")
+    return type(_policy()).__module__.startswith("corun")
 
 
 def _install_corun_policy() -> None:
-    asyncio.set_event_loop_policy(corun.EventLoopPolicy())
+    # corun.install() sets corun.EventLoopPolicy without passing 3.14's warning on.
+    corun.install()
+
+
+def _use_loop_factories() -> None:
+    """Hand corun's loop factory to the hooks the running CPython offers for one.
+
+    ``unittest.IsolatedAsyncioTestCase.loop_factory`` (3.13+) is asyncio's own way
+    to pick a test case's loop; a test case that sets its own keeps it. The policy
+    stays for what has no such hook (``asyncio.run(main())``,
+    ``asyncio.new_event_loop()``), since policies are deprecated only from 3.14.
+    """
+    import unittest
+
+    if sys.version_info >= (3, 13) and unittest.IsolatedAsyncioTestCase.loop_factory is None:
+        unittest.IsolatedAsyncioTestCase.loop_factory = staticmethod(corun.new_event_loop)  # type: ignore[assignment]
+
+
+class PytestAsyncioLoopFactories:
+    """pytest-asyncio >= 1.4's ``pytest_asyncio_loop_factories`` hook: its tests and
+    fixtures run on corun's loop without the policy. Registered in the corun pass only
+    (the asyncio pass keeps pytest-asyncio's defaults), and only with a pytest-asyncio
+    that has the hook."""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_asyncio_loop_factories(self) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+        return {"corun": corun.new_event_loop}
 
 
 def uvicorn_loop_factory(use_subprocess: bool = False) -> Callable[[], asyncio.AbstractEventLoop]:
@@ -120,6 +155,7 @@ def _map_uvicorn_loops() -> None:
 
 if LOOP == "corun":
     _install_corun_policy()
+    _use_loop_factories()
     _map_uvicorn_loops()
 
 
@@ -145,9 +181,15 @@ def _crash_message(report: pytest.TestReport) -> str:
     return first[:300]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In the corun pass, register the pytest-asyncio hook when pytest-asyncio has it."""
+    if LOOP == "corun" and hasattr(config.pluginmanager.hook, "pytest_asyncio_loop_factories"):
+        config.pluginmanager.register(PytestAsyncioLoopFactories(), "corun_pytest_asyncio")
+
+
 def pytest_report_header() -> str:
     """Show the mode in the run's header."""
-    return f"corun ecosystem: loop={LOOP}, policy={type(asyncio.get_event_loop_policy()).__name__}"
+    return f"corun ecosystem: loop={LOOP}, policy={type(_policy()).__name__}"
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import datetime
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -59,6 +60,23 @@ def sh(*cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = N
     subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, check=True)
 
 
+def pip_python() -> Path:
+    """A python that has pip, for building corun's wheel and downloading sdists.
+
+    The running python when it has pip (the machine's 3.11); otherwise (Debian's
+    python3.14 has no pip outside a venv) a venv of it made for this, with ensurepip.
+    """
+    if importlib.util.find_spec("pip") is not None:
+        return Path(sys.executable)
+    venv = VERSIONED / "venvs" / "_pip"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        log(f"creating a venv with pip for {sys.executable} ({venv})")
+        shutil.rmtree(venv, ignore_errors=True)
+        sh(sys.executable, "-m", "venv", venv)
+    return python
+
+
 # --------------------------------------------------------------------------- corun wheel
 
 
@@ -91,7 +109,7 @@ def build_corun_wheel() -> Path:
             target = build / path.relative_to(REPO)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
-        sh(sys.executable, *PIP, "wheel", "--no-deps", "-w", out, build)
+        sh(pip_python(), *PIP, "wheel", "--no-deps", "-w", out, build)
     return sorted(out.glob("corun-*.whl"))[0]
 
 
@@ -103,7 +121,7 @@ def ensure_venv(suite: Suite, wheel: Path) -> Path:
     venv = VERSIONED / "venvs" / suite.name
     python = venv / "bin" / "python"
     deps_stamp = venv / "ecosystem-deps.json"
-    wanted = json.dumps([suite.library, *suite.requirements, "pytest-timeout==2.4.0"])
+    wanted = json.dumps([*suite.packages(PY), "pytest-timeout==2.4.0"])
     if not python.exists() or not deps_stamp.exists() or deps_stamp.read_text() != wanted:
         log(f"{suite.name}: creating venv")
         shutil.rmtree(venv, ignore_errors=True)
@@ -145,7 +163,7 @@ def fetch_source(suite: Suite) -> Path:
     if source.debian_pool is None:
         log(f"{suite.name}: downloading the sdist {suite.library}")
         sh(
-            sys.executable,
+            pip_python(),
             *PIP,
             "download",
             "--no-binary",

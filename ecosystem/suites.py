@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -56,6 +57,24 @@ class Suite:
     #: Tests that cannot pass on corun because they assert that the loop *is* the
     #: stdlib's, with why; listed in the results, not counted as corun's failures.
     differences_by_design: dict[str, str] = field(default_factory=dict)
+    #: Pins for one CPython ("3.14") that replace the ones above with the same project
+    #: name: the version pinned above has no wheel there, or does not work there.
+    python_pins: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def packages(self, python: str) -> list[str]:
+        """What the suite's venv installs on CPython ``python`` ("3.14"): the library and
+        its test dependencies, with that version's pins in place of the general ones."""
+        pins = {_project(pin): pin for pin in self.python_pins.get(python, ())}
+        packages = [pins.pop(_project(p), p) for p in (self.library, *self.requirements)]
+        if pins:
+            raise ValueError(f"{self.name}: python_pins for {python} pin no listed project: {pins}")
+        return packages
+
+
+def _project(requirement: str) -> str:
+    """The normalised project name of a requirement ("Foo_Bar[x]==1" -> "foo-bar")."""
+    name = re.split(r"[\[=<>!~;@ ]", requirement, maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 SUITES: tuple[Suite, ...] = (
@@ -124,6 +143,9 @@ SUITES: tuple[Suite, ...] = (
         ),
         pytest_args=("tests/asyncio", "tests/legacy"),
         parallel=False,  # mitmproxy on ports 51080 and 58080
+        # 11.0.2 pins Brotli <= 1.1.0 and a zstandard that have no 3.14 wheels (and do not
+        # build there); 12.2.1 is the oldest mitmproxy whose dependencies all have them.
+        python_pins={"3.14": ("mitmproxy==12.2.1",)},
     ),
     Suite(
         name="httpx",
@@ -144,6 +166,10 @@ SUITES: tuple[Suite, ...] = (
         pytest_args=("tests",),
         addopts="-rxXs",
         parallel=False,  # test servers on ports 8000 and 8001
+        # uvicorn 0.32.1 calls asyncio.iscoroutinefunction, deprecated in 3.14: under httpx's
+        # filterwarnings = error its server task dies at start-up and the session fixture
+        # waits for it forever, on both loops. 0.54.0 (the uvicorn suite's) does not.
+        python_pins={"3.14": ("uvicorn==0.54.0",)},
     ),
     Suite(
         name="asyncpg",
