@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import subprocess
+import sys
 import time
 
 import pytest
@@ -360,6 +362,49 @@ def test_garbage_collected_asyncgen_is_finalized_in_loop(loop):
 
     loop.run_until_complete(main())
     assert finalized == ["closed"]
+
+
+_FINALIZED_AS_ITS_FRAME_IS_CLEARED = """
+import asyncio, sys
+import corun
+
+closed = []
+
+async def agen():
+    try:
+        yield 1
+        yield 2
+    finally:
+        await asyncio.sleep(0)
+        closed.append(True)
+
+async def main():
+    iterator = aiter(agen())
+    await anext(iterator)
+    # Returning drops the generator while CPython clears this frame: the
+    # finalizer runs then, and debug mode takes the stack for its handle.
+
+factory = corun.new_event_loop if sys.argv[1] == "corun" else asyncio.new_event_loop
+with asyncio.Runner(debug=True, loop_factory=factory) as runner:
+    runner.run(main())
+    runner.run(asyncio.sleep(0))
+print(closed)
+"""
+
+
+@pytest.mark.parametrize("which", ["corun", "asyncio"])
+def test_asyncgen_finalized_while_its_frame_is_cleared_in_debug_mode(which):
+    # The finalizer called from compiled code had no frame of its own, and on
+    # 3.14 debug mode's stack walk read the half-cleared one: a segfault
+    # (websockets' suite found it).
+    run = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", _FINALIZED_AS_ITS_FRAME_IS_CLEARED, which],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "[True]", run.stdout + run.stderr[-2000:]
 
 
 def test_close_with_pending_callbacks_drops_them(loop):
