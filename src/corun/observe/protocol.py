@@ -175,7 +175,9 @@ def name_this_thread(name: str) -> None:
     one. Elsewhere this does nothing.
     """
     try:
-        libc = ctypes.CDLL(None)  # the process itself: no file is opened
+        # PyDLL: keeps the GIL (CDLL lets it go, and a loop of short steps would
+        # keep the starting thread from it). The process itself: no file is opened.
+        libc = ctypes.PyDLL(None)
         libc.prctl(_PR_SET_NAME, name.encode("ascii", "replace")[:15], 0, 0, 0)
     except (OSError, AttributeError):
         pass
