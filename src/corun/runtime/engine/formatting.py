@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import reprlib
-import sys
-import traceback
 import types
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -89,27 +86,6 @@ def format_coroutine(coro: Any) -> str:
 
 
 #: Frames of files in this directory are corun's own and left out of source tracebacks.
-_RUNTIME_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def extract_stack() -> traceback.StackSummary:
-    """The stack that led into corun, oldest first, for debug-mode source tracebacks.
-
-    It starts at the innermost frame outside corun's runtime package, so it is
-    the same whether corun's own functions are compiled (they then have no
-    frames) or interpreted. Source lines are not read here (that is slow);
-    they are looked up when the traceback is formatted.
-    """
-    frame: types.FrameType | None = sys._getframe(0)
-    while frame is not None and frame.f_code.co_filename.startswith(_RUNTIME_DIR):
-        frame = frame.f_back
-    stack = traceback.StackSummary.extract(
-        traceback.walk_stack(frame), limit=DEBUG_STACK_DEPTH, lookup_lines=False
-    )
-    stack.reverse()
-    return stack
-
-
 def short_repr(value: object) -> str:
     """A bounded repr, for results inside other reprs."""
     return reprlib.repr(value)

@@ -49,12 +49,9 @@ from mypy_extensions import mypyc_attr
 
 from corun.runtime.engine import interpreted_await
 from corun.runtime.engine.asyncio_compat import awaiter_of_callback
-from corun.runtime.engine.formatting import (
-    extract_stack,
-    format_callbacks,
-    short_repr,
-)
+from corun.runtime.engine.formatting import format_callbacks, short_repr
 from corun.runtime.engine.handles import LoopBase, call_soon
+from corun.runtime.engine.interpreted_stack import extract_stack
 
 _Callback = Callable[[Any], object]
 

@@ -16,8 +16,9 @@ from typing import Any, Final, cast
 from mypy_extensions import mypyc_attr
 
 from corun.runtime.engine.accounting import LoopAccounting
-from corun.runtime.engine.formatting import extract_stack, format_callback_source
+from corun.runtime.engine.formatting import format_callback_source
 from corun.runtime.engine.instruments import Instruments
+from corun.runtime.engine.interpreted_stack import extract_stack
 
 # While callbacks are ready and the loop watches no fd but its own wakeup
 # socket (and has no signal handlers), it checks for I/O once this many

@@ -54,7 +54,6 @@ from typing import Any, Final, Protocol, TypeAlias, TypeVar, TypeVarTuple, Unpac
 from mypy_extensions import mypyc_attr
 
 from corun.runtime._constants import logger
-from corun.runtime.engine import interpreted_hooks
 from corun.runtime.engine.accounting import LoopAccounting
 from corun.runtime.engine.asyncio_compat import (
     TASK_FACTORY_GETS_NAME,
@@ -425,7 +424,7 @@ class LoopCore(LoopBase):
             self._thread_id = threading.get_ident()
             sys.set_asyncgen_hooks(
                 firstiter=self._asyncgen_firstiter_hook,
-                finalizer=interpreted_hooks.finalizer(self._asyncgen_finalizer_hook),
+                finalizer=self._asyncgen_finalizer_hook,
             )
             _events._set_running_loop(as_asyncio_loop(self))
             self._ran_since_poll = POLL_INTERVAL  # the first iteration checks for I/O
