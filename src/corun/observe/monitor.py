@@ -116,6 +116,8 @@ class Monitor:
         self.server: Any = None
         #: The watchdog's rounds so far: each looks at every observed loop.
         self.rounds = 0
+        # Set by ``look_now``, cleared as a round begins.
+        self._look_asked = False
 
     def own_fds(self) -> frozenset[int]:
         """The file descriptors observation holds for the whole process.
@@ -162,6 +164,9 @@ class Monitor:
 
     def look_now(self) -> None:
         """Wake the watchdog for a look now (a loop added, a threshold changed)."""
+        # Asked during a round, the look is that round's next: its own
+        # publication must not put off this one's hand-over (see ``_run``).
+        self._look_asked = True
         self._wake.set()
         # Handed over too: the thread may be new, or asleep for a look far off,
         # and without a hand-over it would wait long for the GIL.
@@ -218,6 +223,7 @@ class Monitor:
             # The wakes asked for so far are served by this round. Left set,
             # one would end the next sleep at once, in a round that no loop
             # hands the GIL over for (they went on at this round's look).
+            self._look_asked = False
             self._wake.clear()
             observers = self.observers()
             if not observers:
@@ -259,7 +265,11 @@ class Monitor:
             # holding it gives back only after a switch interval.
             self._close_retired_alarms()
             wait = max(0.001, min(sleep, next_window - now))
-            self._publish_look(wait)
+            # A look asked for since this round began (its wake is still set,
+            # and ends the sleep at once) is due now, not in ``wait``: put
+            # off, it left the woken watchdog waiting for the GIL beside a
+            # loop of short steps until the next look (3.15: 7 starts in 30).
+            self._publish_look(0.0 if self._look_asked else wait)
             self._sleep(wait, observers)
 
     def _sleep(self, wait: float, observers: list[Observer]) -> None:
