@@ -2,7 +2,8 @@
 #   make install   create .venv and install corun editable with dev extras, compiled
 #                  with mypyc (CORUN_PURE=1 make install: the pure-Python build), and
 #                  the servers the tests start (nginx, from Debian, when missing)
-#   make test      full pytest suite (our tests + CPython asyncio conformance)
+#   make test      full pytest suite (our tests + CPython asyncio conformance), in two
+#                  phases: the most in parallel (TEST_JOBS), then the serial ones alone
 #   make demo      corun demo: corun fetch against a local fault-injecting server
 #   make lint      ruff check, ruff format --check, mypy --strict src
 #   make test-pure the whole suite again on the pure-Python build (in .venv-pure)
@@ -63,8 +64,19 @@ $(STAMP): pyproject.toml setup.py $(ENGINE_SOURCES) | $(VPY)
 	$(RUN) $(VPY) -c 'import corun, sys; print("corun build:", "compiled" if corun.COMPILED else "pure Python", "on", sys.version.split()[0])'
 	@touch $@
 
+# Two phases. First every test not marked serial, in TEST_JOBS processes (pytest-xdist;
+# a file's tests stay together, in one process); then the serial ones (tests/conftest.py,
+# SERIAL_PARTS: they measure timing) in one process, alone. Both run even when the first
+# fails. Exit status 5 (no test selected, e.g. PYTEST_ARGS=tests/runtime) is no failure.
+# TEST_JOBS=0: the first phase in one process, too.
+TEST_JOBS ?= 2
 test: install
-	$(RUN) $(VPY) -m pytest $(PYTEST_ARGS)
+	@status=0; \
+	$(RUN) $(VPY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not serial" $(PYTEST_ARGS); \
+	rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; \
+	$(RUN) $(VPY) -m pytest -m serial $(PYTEST_ARGS); \
+	rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; \
+	exit $$status
 
 # The same suite on the pure-Python build, installed (not editable) in its own venv
 # so that the compiled modules next to the sources cannot be picked up.

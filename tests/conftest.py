@@ -113,6 +113,14 @@ def pytest_configure(config: pytest.Config) -> None:
                 "rebuild with `make install` (or test the pure build: `make test-pure`)"
             )
     config.addinivalue_line("markers", "corun_only: run only on the corun loop")
+    # Registered here, where every process has it: see conformance/summary.py.
+    from conformance import summary
+
+    if not config.pluginmanager.is_registered(summary):
+        config.pluginmanager.register(summary, "corun-conformance-summary")
+    config.addinivalue_line(
+        "markers", "serial: measures timing or a thread's wakes; `make test` runs it alone"
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -135,10 +143,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("loop_kind", params)
 
 
+# What `make test` runs after the rest, in one process with nothing beside it:
+# tests that measure a loop's lag, a thread's context switches or a share of
+# the CPU, which a second test process on this machine's two cores would be
+# part of. The rest runs in two processes (pytest-xdist).
+SERIAL_PARTS = ("observe", "test_benchmarks_smoke.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if path.is_relative_to(here) and path.relative_to(here).parts[0] in SERIAL_PARTS:
+            item.add_marker(pytest.mark.serial)
     if not config.pluginmanager.hasplugin("timeout"):
         return
-    here = Path(__file__).resolve().parent
     for item in items:
         # Only our own tests/test_*.py; tests/conformance has its own rules.
         if Path(str(item.path)).resolve().parent != here:

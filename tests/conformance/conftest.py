@@ -2,15 +2,15 @@
 
 * installs the event loop policy under test around every conformance test;
 * applies ``exclusions.py`` (xfail strict / skip, with the reason);
-* prints a per-module summary table at the end of the run.
+* the per-module summary table at the end of the run is ``summary.py``'s,
+  registered by tests/conftest.py (under pytest-xdist, the process that
+  prints it collects nothing, so never loads this file).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import warnings
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,13 +18,6 @@ import pytest
 
 from . import _harness
 from .exclusions import EXCLUSIONS, SKIP_PREFIX
-
-OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
-
-# node id -> CPython module name, for every collected conformance test
-_node_module: dict[str, str] = {}
-# node id -> final outcome
-_outcomes: dict[str, str] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -118,7 +111,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module_name = _cpython_module_of(item)
         if module_name is None:
             continue
-        _node_module[item.nodeid] = module_name
         parent = item.getparent(pytest.Module)
         if parent is not None:
             seen_modules[module_name] = parent.obj
@@ -135,58 +127,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xfail(reason=f"[corun] {reason}", strict=True))
     if apply_exclusions:
         _check_exclusion_keys(seen_modules, used)
-
-
-# --------------------------------------------------------------------------- summary
-
-
-def _classify(report: pytest.TestReport) -> str | None:
-    xfail = hasattr(report, "wasxfail")
-    if report.when == "call":
-        if xfail:
-            return "xfailed" if report.skipped else "xpassed"
-        return report.outcome
-    if report.failed:
-        return "error"
-    if report.when == "setup" and report.skipped:
-        return "xfailed" if xfail else "skipped"
-    return None
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.nodeid not in _node_module:
-        return
-    outcome = _classify(report)
-    if outcome is None:
-        return
-    if report.nodeid not in _outcomes or outcome in ("failed", "error"):
-        _outcomes[report.nodeid] = outcome
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not _outcomes:
-        return
-    per_module: dict[str, Counter[str]] = {}
-    for nodeid, outcome in _outcomes.items():
-        per_module.setdefault(_node_module[nodeid], Counter())[outcome] += 1
-
-    impl_name = _harness.loop_kind()
-    extras = "on" if _harness.extras_enabled() else "off"
-    version = ".".join(map(str, sys.version_info[:3]))
-    tr = terminalreporter
-    tr.write_sep("=", f"CPython {version} test.test_asyncio conformance: loop={impl_name}")
-    width = max(12, *(len(m) for m in per_module))
-    header = f"{'module':<{width}}" + "".join(f"{o:>9}" for o in (*OUTCOMES, "total"))
-    tr.write_line(header)
-    totals: Counter[str] = Counter()
-    for module_name, counts in per_module.items():
-        totals.update(counts)
-        row = "".join(f"{counts[o]:>9}" for o in OUTCOMES)
-        tr.write_line(f"{module_name:<{width}}{row}{sum(counts.values()):>9}")
-    row = "".join(f"{totals[o]:>9}" for o in OUTCOMES)
-    tr.write_line(f"{'TOTAL':<{width}}{row}{sum(totals.values()):>9}")
-    applied = "applied" if impl_name == "corun" else "not applied to the stdlib baseline"
-    tr.write_line(
-        f"({_harness.ENV_LOOP}={impl_name}, {_harness.ENV_EXTRA}={extras}, "
-        f"{len(EXCLUSIONS)} exclusion entries, {applied})"
-    )
