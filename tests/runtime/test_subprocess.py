@@ -194,7 +194,11 @@ def children() -> set[int]:
     """This process's children, zombies included (from /proc)."""
     pids: set[int] = set()
     for path in Path("/proc/self/task").glob("*/children"):
-        pids.update(int(pid) for pid in path.read_text().split())
+        try:
+            text = path.read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended since the listing (corun's spawning thread does)
+        pids.update(int(pid) for pid in text.split())
     return pids
 
 
