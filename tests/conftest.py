@@ -414,6 +414,18 @@ def subprocess_env(loop_kind: str) -> dict[str, str]:
 
 
 @pytest.fixture
+def child_env() -> dict[str, str]:
+    """os.environ for a child Python that imports this same corun, observation off.
+
+    (CORUN_OBSERVE=1, as CI's observed pass sets it, makes a child that runs
+    a loop other than corun's say so on stderr: corun.runtime.foreign.)
+    """
+    env = corun_env()
+    env.pop("CORUN_OBSERVE", None)
+    return env
+
+
+@pytest.fixture
 def restore_policy() -> Iterator[None]:
     """Restores the global asyncio event loop policy after the test."""
     policy = asyncio.get_event_loop_policy()

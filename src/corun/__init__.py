@@ -43,6 +43,12 @@ def _observe_if_asked(loop: EventLoop) -> None:
 
 LOOP_CREATED.append(_observe_if_asked)
 
+if _os.environ.get("CORUN_OBSERVE", "") not in ("", "0"):
+    # Observation asked for: a loop that is not corun's would go unseen, so say so.
+    from corun.runtime import foreign as _foreign
+
+    _foreign.watch("CORUN_OBSERVE=1")
+
 __all__ = [
     "COMPILED",
     "EventLoop",

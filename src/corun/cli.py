@@ -13,13 +13,10 @@ and ``asyncio.new_event_loop()`` inside it create corun loops.
 from __future__ import annotations
 
 import argparse
-import os
-import runpy
 import sys
 from collections.abc import Sequence
 
 from corun.observe import commands as observe_commands
-from corun.runtime.runner import install
 
 
 def _build_parser(*, with_fetch: bool = True, with_demo: bool = True) -> argparse.ArgumentParser:
@@ -62,26 +59,13 @@ def _version() -> str:
 
 
 def _run(module: str | None, target: Sequence[str], *, observe: bool = False) -> int:
-    if observe:
-        # Before the target's first loop, which reads it.
-        os.environ["CORUN_OBSERVE"] = "1"
-    install()
-    if module is not None:
-        sys.argv = [module, *target]
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-        return 0
-    if not target:
-        print("corun run: a script path (or -m MODULE) is required", file=sys.stderr)
-        return 2
-    path, *args = target
-    if not os.path.exists(path):
-        print(f"corun run: can't open file {path!r}: no such file", file=sys.stderr)
-        return 2
-    sys.argv = [path, *args]
-    # As `python script.py` does: the script's directory comes first on sys.path.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    runpy.run_path(path, run_name="__main__")
-    return 0
+    from corun import launch
+
+    try:
+        return launch.run(module, target, observe=observe)
+    except launch.LaunchError as exc:
+        print(f"corun run: {exc}", file=sys.stderr)
+        return exc.status
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -163,7 +163,8 @@ def test_a_live_pid_without_observation(
     line = one_line_error(run_cli(command, str(unobserved.pid), env=child_env(xdg)), command)
     assert line == (
         f"corun {command}: process {unobserved.pid} does not run with observation on; "
-        "start it with `corun run --observe ...` or with CORUN_OBSERVE=1"
+        "start it with `corun run --observe ...` or with CORUN_OBSERVE=1 "
+        "(if it was, it runs a loop that is not corun's, and says so on its stderr)"
     )
 
 
@@ -268,6 +269,7 @@ def test_live_top_stops_with_one_line_when_the_process_goes(fresh: tuple[Observe
         [f"corun top: no process {child.pid}"],
         [
             f"corun top: process {child.pid} does not run with observation on; "
-            "start it with `corun run --observe ...` or with CORUN_OBSERVE=1"
+            "start it with `corun run --observe ...` or with CORUN_OBSERVE=1 "
+            "(if it was, it runs a loop that is not corun's, and says so on its stderr)"
         ],
     )

@@ -50,7 +50,10 @@ Reason = Literal[
 #: is whole seconds): a socket older than the start by more is not the process's.
 _START_SLACK: Final = 1.0
 
-_ENABLE_HINT: Final = "start it with `corun run --observe ...` or with CORUN_OBSERVE=1"
+_ENABLE_HINT: Final = (
+    "start it with `corun run --observe ...` or with CORUN_OBSERVE=1 "
+    "(if it was, it runs a loop that is not corun's, and says so on its stderr)"
+)
 
 
 class InspectError(Exception):

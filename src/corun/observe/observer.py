@@ -679,4 +679,9 @@ def _task_id(task: Any) -> int | None:
 
 def _warn(owner: str, running: float, stack: tuple[str, ...]) -> None:
     where = stack[-1] if stack else "an unknown place"
-    logger.warning("%s has blocked the event loop for %.0f ms, at %s", owner, running * 1e3, where)
+    logger.warning(
+        "corun.observe: %s has blocked the event loop for %.0f ms, at %s",
+        owner,
+        running * 1e3,
+        where,
+    )

@@ -64,11 +64,12 @@ from collections.abc import Mapping
 from typing import Final
 
 #: What observation logs (stalls, audit lines, parts switched off): a child of
-#: the ``corun`` logger with a NullHandler, so that a program that configured no
-#: logging does not get these on its stderr (Python's last-resort handler); a
-#: program that did configure logging gets them through its handlers.
+#: the ``corun`` logger, with no handler of its own. A program that configured
+#: logging gets these through its handlers; in one that configured none (or
+#: only for its own loggers, as uvicorn does), Python's last-resort handler
+#: prints the warnings, a stall among them, on stderr: a stall nobody sees is
+#: no use. ``logging.getLogger("corun.observe").propagate = False`` silences them.
 logger: Final = logging.getLogger("corun.observe")
-logger.addHandler(logging.NullHandler())
 
 #: The request names the observed process serves.
 REQUESTS: Final = ("ps", "top", "dump", "metrics")
