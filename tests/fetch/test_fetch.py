@@ -253,6 +253,13 @@ def test_sigterm_then_sigkill_then_resume(server: ThreadServer, tmp_path: Path) 
     assert not out.exists()
     after_term = _journal_rows(jpath)
     assert 200 <= after_term < total
+    assert first.stderr is not None
+    told = first.stderr.read().decode().splitlines()[-2:]
+    assert told == [
+        "  to resume: run the same command again; it fetches only the "
+        f"{total - after_term} lines not done",
+        f"  {out} is written once every line is done; until then the results are in {jpath}",
+    ]
 
     second = _start(src, out)
     _wait_rows(jpath, after_term + 200, second)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from corun.fetch.journal import journal_path
 from corun.resilience import LatencyHistogram
 
 
@@ -112,8 +113,19 @@ class Summary:
                 f"  retries: {self.retries}; breaker trips: {self.breaker_trips}; "
                 f"deferred lines: {self.deferred}; host pauses: {self.host_pauses}",
                 *workers,
+                *self._resume_lines(),
             ]
         )
+
+    def _resume_lines(self) -> list[str]:
+        if not self.interrupted:
+            return []
+        return [
+            f"  to resume: run the same command again; it fetches only the "
+            f"{self.total - self.done} lines not done",
+            f"  {self.output} is written once every line is done; until then the "
+            f"results are in {journal_path(self.output)}",
+        ]
 
 
 class Tally:
