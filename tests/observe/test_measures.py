@@ -647,7 +647,10 @@ def test_a_closed_observers_alarm_is_always_listed_as_observations_until_it_is_c
 
     def probe(watched: Any, fd: int) -> None:  # called by MONITOR.remove, after its lock
         if watched is observer:
-            seen.append(alarm.fd < 0 or alarm.fd in monitor.MONITOR.own_fds())
+            # The listing first: the watchdog, woken by remove(), may close the
+            # alarm meanwhile, and then the fd read after it is -1.
+            listed = monitor.MONITOR.own_fds()
+            seen.append(alarm.fd < 0 or alarm.fd in listed)
         watch_arrivals(watched, fd)
 
     monkeypatch.setattr(monitor, "_watch_arrivals", probe)
