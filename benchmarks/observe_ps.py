@@ -1,6 +1,7 @@
-"""``corun ps`` of 10,000 tasks: how long an answer takes, and how long it holds the loop up.
+"""``corun ps`` (or ``dump``) of 10,000 tasks: how long an answer takes, and how long it holds the loop up.
 
-    .venv/bin/python -m benchmarks.observe_ps [--children 6] [--asks 5] [--baseline-src DIR] [--out DIR]
+    .venv/bin/python -m benchmarks.observe_ps [--request ps|dump] [--children 6] [--asks 5]
+        [--baseline-src DIR] [--out DIR]
 
 Each child is ``tests/observe/many_tasks_child.py`` run with ``CORUN_OBSERVE=1``:
 10,000 tasks waiting on sleeps, events, queues, locks, sockets, streams and
@@ -9,7 +10,9 @@ times, 0.2 s apart, through ``corun.observe.client.request``, and the child
 reports its ticker's worst gap beyond the 1 ms while it was asked, and over an
 idle second before (the floor). With ``--baseline-src``, the ``src`` directory
 of another checkout, built in place (its ``make install``), takes turns with
-this one, child by child. Results go to ``benchmarks/results/observe_ps.{json,md}``.
+this one, child by child. Results go to ``benchmarks/results/observe_ps.{json,md}``
+(``observe_dump.*`` for ``--request dump``: the child's recorder is full then,
+its 10,042 slots holding the 10,000 tasks' spawns and more).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ CHILD = ROOT / "tests" / "observe" / "many_tasks_child.py"
 CHILD_TIMEOUT = 60.0
 
 
-def ask_child(src: Path, asks: int) -> dict[str, Any]:
+def ask_child(src: Path, asks: int, what: str = "ps") -> dict[str, Any]:
     """One child on the corun in ``src``: its answers' times, its worst gap and floor (ms)."""
     with tempfile.TemporaryDirectory(prefix="corun-ps-bench-") as runtime_dir:
         env = {k: v for k, v in os.environ.items() if k != "CORUN_OBSERVE"}
@@ -57,7 +60,7 @@ def ask_child(src: Path, asks: int) -> dict[str, Any]:
             size = 0
             for _ in range(asks):
                 started = time.monotonic()
-                size = len(request(child.pid, "ps"))
+                size = len(request(child.pid, what))
                 ended = time.monotonic()
                 times.append((ended - started) * 1e3)
                 windows.append((started, ended))
@@ -118,8 +121,11 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def markdown(rows: dict[str, dict[str, Any]], date: str, baseline: Path | None) -> str:
-    lines = [f"`corun ps` of 10,000 tasks ({date}; `python -m benchmarks.observe_ps`):", ""]
+def markdown(
+    rows: dict[str, dict[str, Any]], date: str, baseline: Path | None, what: str = "ps"
+) -> str:
+    command = "python -m benchmarks.observe_ps" + ("" if what == "ps" else f" --request {what}")
+    lines = [f"`corun {what}` of 10,000 tasks ({date}; `{command}`):", ""]
     if baseline is not None:
         lines += [f"baseline: the corun in `{baseline}`, child by child with this one.", ""]
     lines += [
@@ -149,6 +155,7 @@ def markdown(rows: dict[str, dict[str, Any]], date: str, baseline: Path | None) 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.observe_ps")
+    parser.add_argument("--request", choices=("ps", "dump"), default="ps")
     parser.add_argument("--children", type=int, default=6)
     parser.add_argument("--asks", type=int, default=5)
     parser.add_argument("--baseline-src", type=Path, default=None)
@@ -164,26 +171,26 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sources}
     for child in range(args.children):
         for name, src in sources.items():  # interleaved: the host's mood is shared
-            run = ask_child(src, args.asks)
+            run = ask_child(src, args.asks, args.request)
             runs[name].append(run)
             print(
-                f"child {child + 1} {name}: ps {[round(t) for t in run['ps_ms']]} ms, "
+                f"child {child + 1} {name}: {args.request} {[round(t) for t in run['ps_ms']]} ms, "
                 f"worst gap {run['worst_gap_ms']:.1f} ms, floor {run['floor_ms']:.1f} ms",
                 flush=True,
             )
     rows = {name: summarise(found) for name, found in runs.items()}
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    table = markdown(rows, date, args.baseline_src)
+    table = markdown(rows, date, args.baseline_src, args.request)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "observe_ps.json").write_text(
+    (args.out / f"observe_{args.request}.json").write_text(
         json.dumps(
             {"date": date, "baseline_src": str(args.baseline_src), "rows": rows, "runs": runs},
             indent=2,
         )
         + "\n"
     )
-    (args.out / "observe_ps.md").write_text(table)
+    (args.out / f"observe_{args.request}.md").write_text(table)
     return 0
 
 

@@ -133,7 +133,7 @@ def test_dump_prints_events_and_stalls(observed: Observed, xdg: Path) -> None:
     result = run_cli("dump", str(observed.pid), env=child_env(xdg))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"corun dump {observed.pid}: 2 events, 2 stalls"
+    assert lines[0] == f"corun dump {observed.pid}: 2 stalls, 2 events"
     assert "  2026-09-21T14:13:21.000Z  worker-0 blocked the loop for 230.0 ms" in result.stdout
     assert "      /srv/app/work.py:90 checksum" in lines
 

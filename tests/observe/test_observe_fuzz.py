@@ -72,7 +72,7 @@ def garbage(path: str, rng: random.Random, pid: int) -> None:
 
 def printable_garbage(path: str, rng: random.Random, pid: int) -> None:
     word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz_ ") for _ in range(rng.randrange(1, 30)))
-    if word.strip() in ("ps", "top", "dump", "metrics", ""):
+    if word.strip() in ("ps", "top", "dump", "incidents", "metrics", ""):
         word = "zz"
     with _connect(path) as sock:
         _send(sock, word.encode() + b"\n")

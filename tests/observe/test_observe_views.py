@@ -13,6 +13,7 @@ from rich.console import Console
 from corun.observe.views import (
     await_chain,
     duration,
+    filter_dump,
     render_dump,
     render_ps,
     render_top,
@@ -207,16 +208,9 @@ def test_top_view_shows_the_first_rows_and_counts_the_rest() -> None:
     assert len(lines) == 8
 
 
-def test_dump_lists_events_then_stalls_with_their_stacks() -> None:
+def test_dump_lists_stalls_with_their_stacks_then_events() -> None:
     assert render_dump(dump_doc(9)).splitlines() == [
-        "corun dump 9: 2 events, 2 stalls",
-        "",
-        "events (oldest first):",
-        "  2026-09-21T14:13:20.500Z  task_spawned  task=worker-0  id=2",
-        '  2026-09-21T14:13:21.250Z  cancelled  task="worker 1"',
-        "      stack:",
-        "        /srv/app/main.py:50 shutdown",
-        "        /srv/app/main.py:51 stop_all",
+        "corun dump 9: 2 stalls, 2 events",
         "",
         "stalls:",
         "  2026-09-21T14:13:21.000Z  worker-0 blocked the loop for 230.0 ms "
@@ -227,17 +221,41 @@ def test_dump_lists_events_then_stalls_with_their_stacks() -> None:
         "(parked: cpu 400 µs, gc 0 µs)",
         "      /srv/app/proto.py:20 data_received",
         "      /usr/lib/python3.11/time.py:0 sleep",
+        "",
+        "events (oldest first):",
+        "  2026-09-21T14:13:20.500Z  task_spawned  task=worker-0  id=2",
+        '  2026-09-21T14:13:21.250Z  cancelled  task="worker 1"',
+        "      stack:",
+        "        /srv/app/main.py:50 shutdown",
+        "        /srv/app/main.py:51 stop_all",
     ]
 
 
 def test_dump_of_an_empty_recorder() -> None:
     assert render_dump({"pid": 3, "events": [], "stalls": []}).splitlines() == [
-        "corun dump 3: 0 events, 0 stalls",
-        "",
-        "events: none",
+        "corun dump 3: 0 stalls, 0 events",
         "",
         "stalls: none",
+        "",
+        "events: none",
     ]
+
+
+def test_dump_filters_keep_the_last_seconds_and_the_newest_events() -> None:
+    doc = {
+        "pid": 4,
+        "stalls": [{"t": 100.0}, {"t": 195.0}],
+        "events": [{"t": float(t), "kind": "spawn"} for t in (90, 150, 191, 192, 199)],
+    }
+    recent = filter_dump(doc, since=10.0, limit=None, now=200.0)
+    assert [e["t"] for e in recent["events"]] == [191.0, 192.0, 199.0]
+    assert recent["stalls"] == [{"t": 195.0}]
+    newest = filter_dump(recent, since=None, limit=2, now=200.0)
+    assert [e["t"] for e in newest["events"]] == [192.0, 199.0]
+    assert newest["events_held"] == 5  # the header's "2 events of 5"
+    assert render_dump({**newest, "stalls": []}).splitlines()[0] == (
+        "corun dump 4: 0 stalls, 2 events of 5"
+    )
 
 
 @pytest.mark.parametrize(

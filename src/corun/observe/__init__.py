@@ -121,7 +121,8 @@ def _serve() -> None:
     handlers: dict[str, Callable[[], Answer]] = {
         "ps": lambda: answers.ps_pieces(MONITOR.observers()),
         "top": answer(answers.top),
-        "dump": answer(answers.dump),
+        "dump": lambda: answers.dump_pieces(MONITOR.observers()),
+        "incidents": lambda: answers.dump_pieces(MONITOR.observers(), incidents_only=True),
         "metrics": lambda: prometheus.exposition(MONITOR.observers()),
     }
     try:

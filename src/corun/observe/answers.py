@@ -8,7 +8,10 @@ of them, and the loop figures merged (histograms add up).
 ``top``: ``{"pid", "time", "loop", "tasks"}``, each task ``{"id", "name",
 "state", "steps", "busy", "longest", "wake_mean", "wake_max", "wake_p99"}``
 (cumulative; ``corun top`` turns two answers into rates).
-``dump``: ``{"pid", "events", "stalls"}``.
+``dump``: ``{"pid", "stalls", "events"}``, each event ``{"t", "kind", "task",
+"value", "text"}``; ``incidents``: the same with only the events of the
+incidents' own ring (cancellations, stalls, notes), which spawns and exits
+never push out.
 ``loop``: ``{"lag": {"p50", "p90", "p99", "max", "count"}, "schedule": {...},
 "utilization", "cpu", "steps", "tasks": {state: count}}``. Durations in seconds
 except where a name ends in ``_ms``.
@@ -19,13 +22,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from json.encoder import encode_basestring_ascii
 from typing import Any, Final
 
 from corun.observe.histogram import LatencyHistogram
-from corun.observe.observer import Observer
-from corun.observe.snapshot import LoopSummary, Stall
+from corun.observe.observer import Observer, pauses_for
+from corun.observe.snapshot import Event, LoopSummary, Stall
 
 #: Rows in a ``top`` answer.
 TOP_ROWS: Final = 200
@@ -150,21 +153,53 @@ def top(observers: Sequence[Observer], rows: int = TOP_ROWS) -> dict[str, Any]:
     }
 
 
-def dump(observers: Sequence[Observer]) -> dict[str, Any]:
-    """The ``dump`` answer: the flight recorder's events, and the stalls with their stacks."""
-    events: list[dict[str, Any]] = []
-    stalls: list[dict[str, Any]] = []
-    for observer in observers:
-        events.extend(
-            {"t": e.time, "kind": e.kind, "task": e.task_id, "value": e.value, "text": e.text}
-            for e in observer.events()
-        )
-        stalls.extend(stall_document(stall) for stall in observer.stall_list())
-    events.sort(key=lambda event: event["t"])
-    return {"pid": os.getpid(), "events": events, "stalls": stalls}
+def dump(observers: Sequence[Observer], *, incidents_only: bool = False) -> dict[str, Any]:
+    """The ``dump`` answer as a document (for the file written on SIGTERM or a crash)."""
+    return json.loads(b"".join(dump_pieces(observers, incidents_only=incidents_only)))  # type: ignore[no-any-return]
 
 
-def encode(document: dict[str, Any]) -> str:
+def dump_pieces(observers: Sequence[Observer], *, incidents_only: bool = False) -> list[bytes]:
+    """The ``dump`` answer (``incidents`` with ``incidents_only``), as pieces of UTF-8 JSON.
+
+    ``{"pid", "stalls", "events"}``, made as ``ps_pieces`` makes its own: the
+    events are read a slice at a time and each slice is encoded at once, so
+    that no Python object stays per event (a full recorder's 10,000 would
+    bring on a full collection); off the loop's thread the work pauses every
+    ``CHUNK_SECONDS`` for the loop.
+    """
+    pauses = pauses_for(observers)
+    try:
+        stalls = [stall_document(stall) for o in observers for stall in o.stall_list()]
+        pieces = [f'{{"pid":{os.getpid()},"stalls":{encode(stalls)},"events":['.encode()]
+        slices: Iterable[list[Event]]
+        if len(observers) == 1:
+            slices = observers[0].event_slices(incidents_only=incidents_only, pauses=pauses)
+        else:  # loops' events interleaved in time: rare enough to sort whole
+            every = [
+                event
+                for observer in observers
+                for events in observer.event_slices(incidents_only=incidents_only, pauses=pauses)
+                for event in events
+            ]
+            every.sort(key=lambda event: event.time)
+            slices = [every]
+        for events in slices:
+            for first in range(0, len(events), 64):
+                if first:
+                    pauses.tick()
+                batch = [
+                    f'{{"t":{e.time!r},"kind":{_string(e.kind)},"task":{e.task_id},'
+                    f'"value":{e.value},"text":{_string(e.text)}}}'
+                    for e in events[first : first + 64]
+                ]
+                pieces.append(_piece(batch, first=len(pieces) == 1))
+        pieces.append(b"]}")
+        return pieces
+    finally:
+        pauses.done()
+
+
+def encode(document: dict[str, Any] | list[Any]) -> str:
     """Compact JSON text."""
     return json.dumps(document, separators=(",", ":"))
 

@@ -52,6 +52,16 @@ def _interval(text: str) -> float:
     return seconds
 
 
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= 30 * 86400:
+        raise argparse.ArgumentTypeError(f"since must be seconds in (0, 2592000], not {text!r}")
+    return seconds
+
+
 #: Each command's help line and description.
 _ABOUT: Final = {
     "ps": (
@@ -94,8 +104,21 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     top.add_argument(
         "--rows", type=_positive("rows"), default=DEFAULT_ROWS, help=f"tasks shown ({DEFAULT_ROWS})"
     )
-    parsers["dump"].add_argument(
-        "--json", action="store_true", help="print the answer's JSON document"
+    dump = parsers["dump"]
+    dump.add_argument("--json", action="store_true", help="print the answer's JSON document")
+    dump.add_argument(
+        "--stalls",
+        action="store_true",
+        help="only the stalls, cancellations and notes (kept apart from spawns and exits)",
+    )
+    dump.add_argument(
+        "--since",
+        type=_seconds,
+        metavar="SECONDS",
+        help="only what happened in the last SECONDS",
+    )
+    dump.add_argument(
+        "--limit", type=_positive("limit"), metavar="N", help="only the newest N events"
     )
 
 
@@ -161,9 +184,16 @@ def _ps(args: argparse.Namespace) -> None:
 
 
 def _dump(args: argparse.Namespace) -> None:
-    from corun.observe.views import render_dump
+    from corun.observe.views import filter_dump, render_dump
 
-    body, doc = _document(args.pid, "dump")
+    body, doc = _document(args.pid, "incidents" if args.stalls else "dump")
+    if args.since is not None or args.limit is not None:
+        doc = _render(
+            args.pid,
+            "dump",
+            lambda: filter_dump(doc, since=args.since, limit=args.limit, now=time.time()),
+        )
+        body = json.dumps(doc)
     _write(body if args.json else _render(args.pid, "dump", lambda: render_dump(doc)))
 
 

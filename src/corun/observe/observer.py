@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from corun.observe.alarm import Alarm
@@ -24,7 +24,14 @@ from corun.observe.protocol import logger
 from corun.observe.registry import pending_tasks
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
 from corun.observe.waits import task_view, thread_stack
-from corun.runtime.engine.accounting import KIND_NAMES, NOTE, STALL, SUMMARY, LoopAccounting
+from corun.runtime.engine.accounting import (
+    KIND_NAMES,
+    NOTE,
+    STALL,
+    SUMMARY,
+    EventRing,
+    LoopAccounting,
+)
 from corun.runtime.engine.task_core import (
     STATE_NAMES,
     TaskCore,
@@ -38,6 +45,8 @@ DEFAULT_STALL_THRESHOLD: Final = 0.1
 MIN_STALL_THRESHOLD: Final = 0.01
 #: Stalls kept with their stacks.
 MAX_STALLS: Final = 128
+#: Events read from a recorder between two looks at the clock (``Pauses``).
+EVENT_SLICE: Final = 256
 #: Off the loop's thread, a walk of the tasks holds the GIL at most about this
 #: long, then sleeps this long, so that the loop's thread can take the GIL.
 CHUNK_SECONDS: Final = 0.002
@@ -50,7 +59,7 @@ PAUSE_GRACE: Final = 0.0005
 WALK_SLICE: Final = 64
 
 
-class _Pauses:
+class Pauses:
     """Sleeps now and then in a long walk off the loop's thread (a no-op on it).
 
     A thread that only yields the GIL takes it straight back; a short sleep
@@ -67,12 +76,18 @@ class _Pauses:
         self.paused = False
 
     def tick(self) -> None:
+        """Pause if this thread has held the GIL for ``CHUNK_SECONDS`` since the last pause."""
         if self._off_loop:
             now = time.perf_counter()
             if now - self._since >= CHUNK_SECONDS:
                 pause()
                 self.paused = True
                 self._since = time.perf_counter()
+
+    def done(self) -> None:
+        """The long piece of work is over: the loop need wait for no more pauses."""
+        if self.paused:
+            _pauses_done()
 
 
 def pause() -> None:
@@ -89,6 +104,11 @@ def pause() -> None:
     # instead, it would get it only when the interpreter forces a switch.
     MONITOR.turn(wait=CHUNK_SECONDS * 2, grace=PAUSE_GRACE)
     time.sleep(CHUNK_PAUSE)
+
+
+def pauses_for(observers: Sequence[Observer]) -> Pauses:
+    """Pauses for work on ``observers`` that may run off their loops' threads (none on one of them)."""
+    return Pauses(off_loop=all(observer._off_loop() for observer in observers))
 
 
 def _pauses_done() -> None:
@@ -272,13 +292,13 @@ class Observer:
         """The live tasks, ``WALK_SLICE`` at a time.
 
         Off the loop's thread, the walk pauses every couple of milliseconds
-        (see ``_Pauses``), so that the loop of a process with 10,000 tasks is
+        (see ``Pauses``), so that the loop of a process with 10,000 tasks is
         never held up for long. Whatever reads the tasks reads them a slice at
         a time, as the walk gets there: 10,000 tuples read at once would
         outlive the young generations and bring on a full collection, which
         holds every thread up for tens of milliseconds with this many tasks.
         """
-        pauses = _Pauses(off_loop=self._off_loop())
+        pauses = Pauses(off_loop=self._off_loop())
         live = self.live_tasks()
         try:
             for first in range(0, len(live), WALK_SLICE):
@@ -391,22 +411,56 @@ class Observer:
         with self._lock:
             return tuple(self.stalls)
 
-    def events(self) -> list[Event]:
-        """The flight recorder's events, oldest first."""
-        recorder = self.accounting.recorder
-        off_loop = self._off_loop()
+    def events(self, *, incidents_only: bool = False) -> list[Event]:
+        """The flight recorder's events, oldest first: spawns, exits and windows, and the incidents.
+
+        The incidents (cancellations, stalls, notes) have a ring of their own,
+        which spawns and exits cannot overwrite; ``incidents_only`` gives those.
+        """
+        pauses = Pauses(off_loop=self._off_loop())
+        try:
+            return [
+                event
+                for events in self.event_slices(incidents_only=incidents_only, pauses=pauses)
+                for event in events
+            ]
+        finally:
+            pauses.done()
+
+    def event_slices(self, *, incidents_only: bool, pauses: Pauses) -> Iterator[list[Event]]:
+        """``events()``, a slice at a time, for a reader that turns each into its answer at once.
+
+        Between two slices the reading may pause for the loop (``pauses``).
+        Kept whole, 10,000 events outlive the young generations and bring on
+        a full collection, which holds the loop up for tens of milliseconds
+        in a process with many tasks.
+        """
+        incidents: list[Event] = []
+        for events in self._ring_slices(self.accounting.incidents, pauses):
+            incidents.extend(events)
+        if incidents_only:
+            yield incidents
+            return
+        taken = 0
+        for events in self._ring_slices(self.accounting.recorder, pauses):
+            merged: list[Event] = []
+            for event in events:  # both rings are in time order
+                while taken < len(incidents) and incidents[taken].time <= event.time:
+                    merged.append(incidents[taken])
+                    taken += 1
+                merged.append(event)
+            yield merged
+        if taken < len(incidents):
+            yield incidents[taken:]
+
+    def _ring_slices(self, recorder: EventRing, pauses: Pauses) -> Iterator[list[Event]]:
         oldest, written = recorder.held()
-        out: list[Event] = []
-        for first in range(oldest, written, 1024):
-            if off_loop and first != oldest:
-                pause()  # slices, so that the loop gets the GIL
-            out.extend(
+        for first in range(oldest, written, EVENT_SLICE):
+            pauses.tick()
+            yield [
                 Event(stamp, KIND_NAMES.get(kind, str(kind)), a, b, text)
-                for stamp, kind, a, b, text in recorder.events(first, first + 1024)
-            )
-        if off_loop and written - oldest > 1024:
-            _pauses_done()
-        return out
+                for stamp, kind, a, b, text in recorder.events(first, first + EVENT_SLICE)
+            ]
 
     def blocked(self) -> Stall | None:
         """The step holding the loop now, if it has run past the stall threshold."""
@@ -612,7 +666,7 @@ class Observer:
         with self._lock:
             self.stalls.append(stall)
         where = stall.stack[-1] if stall.stack else "(no stack)"
-        self.accounting.recorder.add(
+        self.accounting.incidents.add(
             STALL,
             stall.task_id or 0,
             int(stall.duration * 1e6),
@@ -659,7 +713,7 @@ class Observer:
 
     def note(self, text: str) -> None:
         """Write a note to the flight recorder (an observer part that failed, say)."""
-        self.accounting.recorder.add(NOTE, 0, 0, text)
+        self.accounting.incidents.add(NOTE, 0, 0, text)
 
 
 def _state(task: Any, step_task: Any, waiter: Any) -> str:

@@ -43,6 +43,8 @@ The requests, each answered with a body the observed process produces:
 * ``ps``: JSON, the task tree and the loop's lag, utilisation and task counts;
 * ``top``: JSON, cumulative per-task counters (``corun top`` takes deltas);
 * ``dump``: JSON, the flight recorder's events and stalls;
+* ``incidents``: the same, with only the cancellations, stalls and notes
+  (``corun dump --stalls``);
 * ``metrics``: the Prometheus text exposition format (version 0.0.4).
 
 There is nothing else: no request takes arguments, none changes the process,
@@ -72,7 +74,7 @@ from typing import Final
 logger: Final = logging.getLogger("corun.observe")
 
 #: The request names the observed process serves.
-REQUESTS: Final = ("ps", "top", "dump", "metrics")
+REQUESTS: Final = ("ps", "top", "dump", "incidents", "metrics")
 #: Longest request line, in bytes, its newline included.
 MAX_REQUEST: Final = 256
 #: Largest answer body, in bytes; the server answers an error instead of a bigger one.

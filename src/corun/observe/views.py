@@ -261,14 +261,45 @@ def _value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def filter_dump(doc: Doc, *, since: float | None, limit: int | None, now: float) -> dict[str, Any]:
+    """``doc`` with only the events and stalls of the last ``since`` seconds, and the newest ``limit`` events.
+
+    ``now``: the current Unix time. The result says how many events the
+    answer held (``events_held``), for the view's first line.
+    """
+    events = list(doc["events"])
+    stalls = list(doc["stalls"])
+    held = doc.get("events_held", len(events))
+    if since is not None:
+        events = [event for event in events if event["t"] >= now - since]
+        stalls = [stall for stall in stalls if stall["t"] >= now - since]
+    if limit is not None:
+        events = events[-limit:]
+    return {**doc, "events": events, "stalls": stalls, "events_held": held}
+
+
 def render_dump(doc: Doc) -> str:
-    """The text of ``corun dump``: the flight recorder's events, then the stalls with stacks."""
+    """The text of ``corun dump``: the stalls with their stacks, then the flight recorder's events."""
     events = doc["events"]
     stalls = doc["stalls"]
-    lines = [
-        f"corun dump {doc['pid']}: {_count(len(events), 'event')}, {_count(len(stalls), 'stall')}",
-        "",
-    ]
+    held = doc.get("events_held", len(events))
+    shown = _count(len(events), "event") + (f" of {held}" if held != len(events) else "")
+    lines = [f"corun dump {doc['pid']}: {_count(len(stalls), 'stall')}, {shown}", ""]
+    lines.append("stalls:" if stalls else "stalls: none")
+    for stall in stalls:
+        total = stall["duration_ms"]
+        cpu = stall["cpu_ms"]
+        computing = stall.get("computing")
+        if computing is None:  # an answer without the producer's verdict
+            computing = total > 0 and cpu >= _COMPUTING_SHARE * total
+        doing = "computing" if computing else "parked"
+        lines.append(
+            f"  {wall_time(stall['t'])}  {stall['task']} blocked the loop for "
+            f"{duration(total / 1000.0)} ({doing}: cpu {duration(cpu / 1000.0)}, "
+            f"gc {duration(stall['gc_ms'] / 1000.0)})"
+        )
+        lines.extend(f"      {frame}" for frame in stall["stack"])
+    lines.append("")
     lines.append("events (oldest first):" if events else "events: none")
     for event in events:
         scalars = []
@@ -286,19 +317,4 @@ def render_dump(doc: Doc) -> str:
             lines.extend(
                 f"        {item if isinstance(item, str) else _value(item)}" for item in items
             )
-    lines.append("")
-    lines.append("stalls:" if stalls else "stalls: none")
-    for stall in stalls:
-        total = stall["duration_ms"]
-        cpu = stall["cpu_ms"]
-        computing = stall.get("computing")
-        if computing is None:  # an answer without the producer's verdict
-            computing = total > 0 and cpu >= _COMPUTING_SHARE * total
-        doing = "computing" if computing else "parked"
-        lines.append(
-            f"  {wall_time(stall['t'])}  {stall['task']} blocked the loop for "
-            f"{duration(total / 1000.0)} ({doing}: cpu {duration(cpu / 1000.0)}, "
-            f"gc {duration(stall['gc_ms'] / 1000.0)})"
-        )
-        lines.extend(f"      {frame}" for frame in stall["stack"])
     return "\n".join(lines) + "\n"
