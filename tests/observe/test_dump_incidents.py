@@ -103,12 +103,18 @@ def test_dump_stalls_shows_only_the_incidents(flooded: tuple[int, dict[str, str]
 
 
 def test_dump_limit_and_since(flooded: tuple[int, dict[str, str]]) -> None:
+    # The rings' occupancy is read, not assumed: a window's summary written
+    # while the answer is read overwrites (and so drops) one spawn or exit.
+    incidents = json.loads(_dump(flooded, "--stalls", "--json"))["events"]
+    assert len(incidents) >= 2  # the cancellation and the stall
     newest = _dump(flooded, "--limit", "5").splitlines()
-    assert newest[0].endswith(f"events of {SLOTS + 2}")
-    assert newest[0].split(": ")[1].startswith("1 stall, 5 events")
+    header = newest[0].split(": ")[1]
+    assert header.startswith("1 stall, 5 events of ")
+    held = int(header.rsplit(" ", 1)[1])
+    assert SLOTS - 16 + len(incidents) <= held <= SLOTS + len(incidents), header
     assert len(newest) == newest.index("events (oldest first):") + 6
     assert (
         _dump(flooded, "--since", "0.001", "--stalls")
         .splitlines()[0]
-        .endswith(": 0 stalls, 0 events of 2")
+        .endswith(f": 0 stalls, 0 events of {len(incidents)}")
     )
