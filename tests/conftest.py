@@ -68,6 +68,14 @@ SELECTED_KINDS = (
     tuple(k.strip() for k in _selected.split(",") if k.strip()) if _selected else ALL_KINDS
 )
 
+# A run started in the background by a shell without job control inherits
+# SIGINT ignored, and Python then leaves it so: every test of an interrupt
+# would hang (asyncio.Runner installs its handler only over Python's own).
+# Python's handler goes back, and the children the tests start inherit the
+# default, as under a terminal or a CI runner.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # Signals whose disposition must be unchanged after every loop test.
 WATCHED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

@@ -460,8 +460,13 @@ class RayBackend:
             # A Ray started for this run alone listens on loopback only (read
             # when ray is imported; the workers inherit it).
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        self._ray = ray = _import_ray()
-        self._connect(ray)
+        # Off the loop's thread: importing Ray takes 0.1 to 0.5 s, and starting
+        # or reaching a cluster seconds, which would stall the loop (and be
+        # reported as a stall, with corun.observe on). Ray sets its signal
+        # handlers from the main thread only; its C++ failure handler is put
+        # back here, on the main thread, by _KeepSignals.
+        with _KeepSignals():
+            self._ray = ray = await asyncio.to_thread(self._import_and_connect)
         try:
             actors = self._start_workers(ray)
             directory = os.path.dirname(os.path.abspath(self._options.output))
@@ -493,17 +498,21 @@ class RayBackend:
             ray.shutdown()
             self._owns_connection = False
 
+    def _import_and_connect(self) -> Any:
+        ray = _import_ray()
+        self._connect(ray)
+        return ray
+
     def _connect(self, ray: Any) -> None:
         if ray.is_initialized():
             return
         quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
         try:
-            with _KeepSignals():
-                if self._address is None:
-                    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **quiet)
-                else:
-                    _probe(self._address)
-                    ray.init(address=self._address, **quiet)
+            if self._address is None:
+                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **quiet)
+            else:
+                _probe(self._address)
+                ray.init(address=self._address, **quiet)
         except ClusterError:
             raise
         except Exception as exc:
