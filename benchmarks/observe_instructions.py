@@ -16,6 +16,8 @@ operations, is the cost of one operation without the start-up. Modes:
   existed, in its own venv, run the same way.
 
 Workloads: ``steps`` (10 tasks x ``await asyncio.sleep(0)``, per step);
+``tasks`` (a task created, run for two steps and ended, per task: the spawn
+and exit records, and the task's group at its end);
 ``echo/protocol`` and ``echo/streams`` (1 KiB round trips, per request) and
 ``http`` (aiohttp's hello world over a keep-alive connection, per request).
 One connection, one request at a time: each request is then one wait and one
@@ -48,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: workload -> (the two sizes, the unit of one operation)
 WORKLOADS: dict[str, tuple[tuple[int, int], str]] = {
     "steps": ((20_000, 60_000), "step"),
+    "tasks": ((5_000, 15_000), "task"),
     "echo/protocol": ((1_000, 3_000), "request"),
     "echo/streams": ((1_000, 3_000), "request"),
     "http": ((1_000, 3_000), "request"),
@@ -73,6 +76,11 @@ def _serve(workload: str, operations: int) -> None:
         from benchmarks import micro
 
         micro.steps(loop, {"n": operations, "tasks": 10})
+        return
+    if workload == "tasks":
+        from benchmarks import micro
+
+        micro.tasks(loop, {"n": operations, "steps": 1})
         return
     loop.run_until_complete(_serve_network(loop, workload, operations))
 
@@ -204,6 +212,8 @@ def operations_run(workload: str, size: int) -> int:
     if workload == "steps":
         tasks = 10
         return tasks * (size // tasks // 10) + tasks * (size // tasks)
+    if workload == "tasks":  # micro.tasks runs a tenth more first
+        return size // 10 + size
     return size
 
 

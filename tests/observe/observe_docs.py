@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from corun.runtime.engine.accounting import bucket_of
+
+#: The histogram buckets of a 1 ms and a 40 ms task lifetime.
+MS_1 = bucket_of(1_000_000)
+MS_40 = bucket_of(40_000_000)
+
 LOOP: dict[str, Any] = {
     "lag": {"p50": 0.0001, "p90": 0.0004, "p99": 0.0023, "max": 0.005, "count": 1234},
     "utilization": 0.12,
@@ -87,7 +93,58 @@ def top_doc(pid: int, sample: int) -> dict[str, Any]:
     ]
     if sample >= 2:
         tasks.append(_top_task(4, "late", "waiting", steps=10, busy=0.1, longest=0.004))
-    return {"pid": pid, "time": 100.0 + sample, "loop": LOOP, "tasks": tasks}
+    return {
+        "pid": pid,
+        "time": 100.0 + sample,
+        "blocked": False,
+        "blocking": None,
+        "loop": LOOP,
+        "groups": top_groups(sample),
+        "tasks": tasks,
+    }
+
+
+def top_groups(sample: int) -> list[dict[str, Any]]:
+    """Per second: 100 ``handle`` tasks end (98 after 1 ms, two after 40 ms) with 30% CPU;
+    ``worker``'s two live tasks take 10%; ``idle`` does nothing; ``late`` (from the second
+    sample) ended 5 tasks of 1 ms in all."""
+    groups = [
+        _group(
+            "handle",
+            live=3,
+            done=100 * sample,
+            busy=0.3 * sample,
+            steps=300 * sample,
+            lifetimes=[[MS_1, 98 * sample], [MS_40, 2 * sample]],
+            longest=0.04,
+        ),
+        _group("worker", live=2, done=0, busy=0.1 * sample, steps=50 * sample),
+        _group("idle", live=0, done=7, busy=0.01, steps=14, lifetimes=[[MS_1, 7]]),
+    ]
+    if sample >= 2:
+        groups.append(_group("late", live=0, done=5, busy=0.002, steps=5, lifetimes=[[MS_1, 5]]))
+    return groups
+
+
+def _group(
+    name: str,
+    *,
+    live: int,
+    done: int,
+    busy: float,
+    steps: int,
+    lifetimes: list[list[int]] | None = None,
+    longest: float = 0.001,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "live": live,
+        "done": done,
+        "steps": steps,
+        "busy": busy,
+        "lifetimes": lifetimes or [],
+        "lifetime_max": longest if lifetimes else 0.0,
+    }
 
 
 def _top_task(

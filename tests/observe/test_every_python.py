@@ -87,11 +87,18 @@ def test_ps_lists_every_task_of_a_real_process(child: Child) -> None:
 
 
 def test_top_shows_the_busy_task_of_a_real_process(child: Child) -> None:
-    text = _ok(child, "top", "--once", "--interval", "0.3")
+    text = _ok(child, "top", "--once", "--tasks", "--interval", "0.3")
     assert f"corun top {child.pid}" in text
     # Only the ticker steps between the two samples: it is the first row.
     rows = [line for line in text.splitlines() if any(name in line for name in ALL)]
     assert rows and "ticker" in rows[0], text
+
+
+def test_top_groups_the_tasks_of_a_real_process(child: Child) -> None:
+    lines = _ok(child, "top", "--once", "--interval", "0.3").splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("GROUP"))
+    # The ticker's group, by its coroutine function, is the busiest.
+    assert lines[header + 1].split()[:2] == ["main.<locals>.ticker", "1"], lines
 
 
 def test_dump_shows_the_spawns_of_a_real_process(child: Child) -> None:

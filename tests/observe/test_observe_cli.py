@@ -98,10 +98,25 @@ def fresh(tmp_path: Path) -> Iterator[tuple[Observed, Path]]:
     child.stop()
 
 
-def test_top_once_prints_one_frame_from_two_samples(fresh: tuple[Observed, Path]) -> None:
+def test_top_once_prints_groups_from_two_samples(fresh: tuple[Observed, Path]) -> None:
     child, xdg = fresh
     env = child_env(xdg, COLUMNS="100")
     result = run_cli("top", str(child.pid), "--once", "--interval", "0.1", env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"corun top {child.pid}: tasks 5 (running 1, waiting 4)"
+    assert lines[4].split()[:4] == ["GROUP", "LIVE", "ENDED/S", "CPU"]
+    assert [line.split()[:4] for line in lines[5:]] == [
+        ["handle", "3", "100.0", "30.0%"],
+        ["worker", "2", "0.0", "10.0%"],
+        ["late", "0", "5.0", "0.2%"],
+    ]
+
+
+def test_top_once_tasks_prints_a_row_per_task(fresh: tuple[Observed, Path]) -> None:
+    child, xdg = fresh
+    env = child_env(xdg, COLUMNS="100")
+    result = run_cli("top", str(child.pid), "--once", "--tasks", "--interval", "0.1", env=env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"corun top {child.pid}: tasks 5 (running 1, waiting 4)"
@@ -121,7 +136,15 @@ def test_top_once_prints_one_frame_from_two_samples(fresh: tuple[Observed, Path]
 def test_top_rows_option_limits_the_table(fresh: tuple[Observed, Path]) -> None:
     child, xdg = fresh
     result = run_cli(
-        "top", str(child.pid), "--once", "--interval", "0.05", "--rows", "1", env=child_env(xdg)
+        "top",
+        str(child.pid),
+        "--once",
+        "--tasks",
+        "--interval",
+        "0.05",
+        "--rows",
+        "1",
+        env=child_env(xdg),
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -255,7 +278,7 @@ def test_live_top_refreshes_until_interrupted(fresh: tuple[Observed, Path]) -> N
     assert top.returncode == 0, err
     assert err == ""
     assert f"corun top {child.pid}: tasks 5" in out
-    assert "busy" in out
+    assert "handle" in out
 
 
 def test_live_top_stops_with_one_line_when_the_process_goes(fresh: tuple[Observed, Path]) -> None:

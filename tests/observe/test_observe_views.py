@@ -14,6 +14,7 @@ from corun.observe.views import (
     await_chain,
     duration,
     filter_dump,
+    group_rows,
     render_dump,
     render_ps,
     render_top,
@@ -206,6 +207,71 @@ def test_top_view_shows_the_first_rows_and_counts_the_rest() -> None:
     assert [line.split()[1] for line in lines[5:7]] == ["busy", "late"]
     assert lines[7] == "… and 2 more tasks"
     assert len(lines) == 8
+
+
+def test_group_rows_are_rates_of_the_interval_busiest_first() -> None:
+    rows = group_rows(top_doc(5, 1), top_doc(5, 2))
+    # "idle" neither ran nor has a live task: left out. "late" is new in the
+    # second sample: it counts from zero.
+    assert [(r.name, r.live, r.ended_per_s, r.steps_per_s) for r in rows] == [
+        ("handle", 3, 100.0, 300.0),
+        ("worker", 2, 0.0, 50.0),
+        ("late", 0, 5.0, 5.0),
+    ]
+    assert [r.cpu_share for r in rows] == pytest.approx([0.3, 0.1, 0.002])
+    handle, worker, late = rows
+    # Of the 100 that ended, 98 took 1 ms and 2 took 40 ms: p99 is the 99th.
+    assert handle.p50 == pytest.approx(0.001, rel=0.01)
+    assert handle.p99 == pytest.approx(0.04, rel=0.01)
+    assert worker.p50 is None and worker.p99 is None
+    assert late.p50 == pytest.approx(0.001, rel=0.01)
+
+
+def test_group_rows_refuse_samples_out_of_order_or_of_two_processes() -> None:
+    with pytest.raises(ValueError, match="time order"):
+        group_rows(top_doc(5, 2), top_doc(5, 1))
+    with pytest.raises(ValueError, match="two processes"):
+        group_rows(top_doc(5, 1), top_doc(6, 2))
+
+
+def test_group_rows_count_a_relabelled_groups_loss_as_zero() -> None:
+    before, after = top_doc(5, 1), top_doc(5, 2)
+    after["groups"][1]["busy"] = 0.0  # "worker"'s tasks moved to another group
+    [worker] = [r for r in group_rows(before, after) if r.name == "worker"]
+    assert worker.cpu_share == 0.0
+
+
+def test_top_view_of_groups() -> None:
+    after = top_doc(5, 2)
+    lines = _text(render_top(after, [], limit=2, groups=group_rows(top_doc(5, 1), after)))
+    assert lines[4].split() == [
+        "GROUP",
+        "LIVE",
+        "ENDED/S",
+        "CPU",
+        "STEPS/S",
+        "TIME",
+        "P50",
+        "TIME",
+        "P99",
+    ]
+    assert [line.split() for line in lines[5:]] == [
+        ["handle", "3", "100.0", "30.0%", "300.0", "1.0", "ms", "40.0", "ms"],
+        ["worker", "2", "0.0", "10.0%", "50.0", "-", "-"],
+        ["…", "and", "1", "more", "groups"],
+    ]
+
+
+def test_top_view_shows_a_blocked_loops_culprit() -> None:
+    after = top_doc(5, 2)
+    after["blocked"] = True
+    after["blocking"] = {"task": "worker-0", "for_ms": 1500.0, "stack": ["/srv/app/w.py:9 crunch"]}
+    lines = _text(render_top(after, [], limit=5, groups=group_rows(top_doc(5, 1), after)))
+    assert lines[3:6] == [
+        "LOOP BLOCKED for 1.50 s by worker-0; the loop is answering from its watchdog:",
+        "    /srv/app/w.py:9 crunch",
+        "",
+    ]
 
 
 def test_dump_lists_stalls_with_their_stacks_then_events() -> None:

@@ -38,6 +38,7 @@ from corun.observe.observer import (
 )
 from corun.observe.protocol import logger
 from corun.observe.snapshot import Event, LoopSummary, Snapshot, Stall, TaskSummary
+from corun.runtime.engine.task_core import set_task_group
 from corun.runtime.loop import EventLoop
 
 #: The environment switch: any value but "" and "0" turns observation on.
@@ -57,7 +58,11 @@ __all__ = [
     "TaskSummary",
     "enable",
     "observer_of",
+    "set_group",
 ]
+
+#: The longest group label ``set_group`` takes, in characters.
+MAX_GROUP_LABEL: Final = 200
 
 
 def observer_of(loop: object) -> Observer | None:
@@ -66,6 +71,36 @@ def observer_of(loop: object) -> Observer | None:
         if observer.loop is loop:
             return observer
     return None
+
+
+def set_group(label: str, task: asyncio.Task[Any] | None = None) -> None:
+    """Count ``task`` (default: the current task) in the group ``label`` in ``corun top``.
+
+    ``corun top`` shows tasks grouped by the coroutine function they run; a
+    server whose request tasks all run the same function (uvicorn's) labels
+    each by its route instead (``corun.observe.asgi.RouteGroups`` does). The
+    whole task counts in its last label, work done before included. Keep the
+    labels few (routes, not URLs): a loop keeps 128 groups, and counts the
+    tasks of any more as "(other groups)". Cheap enough to call per request,
+    with observation on or off; a task of a loop that is not corun's is left
+    as it is (nothing observes it).
+
+    Raises:
+        TypeError: ``label`` is not a string.
+        ValueError: ``label`` is empty or longer than 200 characters.
+        RuntimeError: no task given, and none is running (or no loop).
+    """
+    if not isinstance(label, str):
+        raise TypeError(f"a group label must be a string, not {type(label).__name__}")
+    if not 0 < len(label) <= MAX_GROUP_LABEL:
+        raise ValueError(
+            f"a group label must have 1 to {MAX_GROUP_LABEL} characters, not {len(label)}"
+        )
+    if task is None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("set_group() needs a task: none is running")
+    set_task_group(task, label)
 
 
 def enable(

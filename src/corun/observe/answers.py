@@ -5,8 +5,10 @@ of them, and the loop figures merged (histograms add up).
 
 ``ps``: ``{"pid", "time", "blocked", "blocking", "loop", "tasks"}``, each task
 ``{"id", "name", "parent", "state", "waiting_on", "stack"}``.
-``top``: ``{"pid", "time", "loop", "tasks"}``, each task ``{"id", "name",
-"state", "steps", "busy", "longest", "wake_mean", "wake_max", "wake_p99"}``
+``top``: ``{"pid", "time", "blocked", "blocking", "loop", "groups", "tasks"}``,
+each group ``{"name", "live", "done", "steps", "busy", "lifetimes",
+"lifetime_max"}`` (``Observer.groups``), each task ``{"id", "name", "state",
+"steps", "busy", "longest", "wake_mean", "wake_max", "wake_p99"}``
 (cumulative; ``corun top`` turns two answers into rates).
 ``dump``: ``{"pid", "stalls", "events"}``, each event ``{"t", "kind", "task",
 "value", "text"}``; ``incidents``: the same with only the events of the
@@ -88,16 +90,9 @@ def ps_pieces(observers: Sequence[Observer]) -> list[bytes]:
     """
     summaries = []
     encoded: list[bytes] = []
-    blocking: dict[str, Any] | None = None
+    # Blocked? Read it first: the answer is about the loop as it was asked.
+    blocking = _blocking(observers)
     for observer in observers:
-        # Blocked? Read it first: the answer is about the loop as it was asked.
-        stall = observer.blocked()
-        if stall is not None and blocking is None:
-            blocking = {
-                "task": stall.task,
-                "for_ms": stall.duration * 1e3,
-                "stack": list(stall.stack),
-            }
         states: dict[str, int] = {}
         batch: list[str] = []
         for ident, name, parent, state, waits, stack in observer.ps_rows():
@@ -129,18 +124,46 @@ def _piece(tasks: list[str], *, first: bool) -> bytes:
     return (text if first else "," + text).encode()
 
 
-def top(observers: Sequence[Observer], rows: int = TOP_ROWS) -> dict[str, Any]:
-    """The ``top`` answer: cumulative counters of the busiest tasks, no stacks.
+def _blocking(observers: Sequence[Observer]) -> dict[str, Any] | None:
+    """What blocks a loop of ``observers`` now, for an answer's banner; None if none is blocked."""
+    for observer in observers:
+        stall = observer.blocked()
+        if stall is not None:
+            return {"task": stall.task, "for_ms": stall.duration * 1e3, "stack": list(stall.stack)}
+    return None
 
-    The busiest since the previous ``top`` answer, at most ``rows`` of them:
-    a screen shows no more, and 10,000 rows a second would cost the loop
-    more than the 1% ``corun top`` may.
+
+def _merge_group(into: dict[str, Any], group: dict[str, Any]) -> None:
+    """Add the counters of ``group`` (of another loop) to those of ``into``."""
+    for key in ("live", "done", "steps", "busy"):
+        into[key] += group[key]
+    counts = dict(into["lifetimes"])
+    for bucket, count in group["lifetimes"]:
+        counts[bucket] = counts.get(bucket, 0) + count
+    into["lifetimes"] = [list(pair) for pair in sorted(counts.items())]
+    into["lifetime_max"] = max(into["lifetime_max"], group["lifetime_max"])
+
+
+def top(observers: Sequence[Observer], rows: int = TOP_ROWS) -> dict[str, Any]:
+    """The ``top`` answer: cumulative counters of the task groups and of the busiest tasks.
+
+    The busiest tasks since the previous ``top`` answer, at most ``rows`` of
+    them: a screen shows no more, and 10,000 rows a second would cost the loop
+    more than the 1% ``corun top`` may. No stacks, but a blocked loop's.
     """
+    blocking = _blocking(observers)
     summaries = []
     listed: list[dict[str, Any]] = []
+    groups: dict[str, dict[str, Any]] = {}
     for observer in observers:
         states: dict[str, int] = {}
-        listed.extend(observer.busiest(rows, states))
+        live = observer.live_tasks()
+        listed.extend(observer.busiest(rows, states, live))
+        for name, group in observer.groups(live).items():
+            if name in groups:
+                _merge_group(groups[name], group)
+            else:
+                groups[name] = group
         summaries.append(observer.summary(states=states))
     listed.sort(key=lambda row: row["recent"], reverse=True)
     for row in listed:
@@ -148,7 +171,10 @@ def top(observers: Sequence[Observer], rows: int = TOP_ROWS) -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "time": time.monotonic(),
+        "blocked": blocking is not None,
+        "blocking": blocking,
         "loop": loop_document(summaries),
+        "groups": [{"name": name, **group} for name, group in groups.items()],
         "tasks": listed[:rows],
     }
 

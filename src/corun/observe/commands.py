@@ -21,7 +21,7 @@ from corun.observe.client import InspectError, request
 
 #: The subcommands this module serves.
 COMMANDS: Final = ("ps", "top", "dump")
-#: Tasks ``corun top`` shows by default (the busiest).
+#: Rows ``corun top`` shows by default (the busiest groups, or tasks).
 DEFAULT_ROWS: Final = 40
 
 _T = TypeVar("_T")
@@ -69,8 +69,10 @@ _ABOUT: Final = {
         "Print a process's tasks as a tree: state, what each waits on, where.",
     ),
     "top": (
-        "a live view of a process's busiest tasks and its loop's lag",
-        "Show a process's tasks by CPU share, refreshed every interval.",
+        "a live view of what keeps a process's loop busy, and its lag",
+        "Show a process's tasks grouped by what they run (the coroutine function, "
+        "or a label the application set), by CPU share, with the rate and time "
+        "of those that ended; refreshed every interval.",
     ),
     "dump": (
         "print a process's flight recorder: recent events and stalls",
@@ -102,7 +104,10 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--once", action="store_true", help="print one frame (two samples an interval apart)"
     )
     top.add_argument(
-        "--rows", type=_positive("rows"), default=DEFAULT_ROWS, help=f"tasks shown ({DEFAULT_ROWS})"
+        "--rows", type=_positive("rows"), default=DEFAULT_ROWS, help=f"rows shown ({DEFAULT_ROWS})"
+    )
+    top.add_argument(
+        "--tasks", action="store_true", help="one row per live task instead of per group"
     )
     dump = parsers["dump"]
     dump.add_argument("--json", action="store_true", help="print the answer's JSON document")
@@ -202,11 +207,13 @@ def _top(args: argparse.Namespace) -> None:
     from rich.live import Live
     from rich.text import Text
 
-    from corun.observe.views import render_top, top_rows
+    from corun.observe.views import group_rows, render_top, top_rows
 
     def frame(before: dict[str, Any], after: dict[str, Any]) -> Any:
         def draw() -> Any:
-            return render_top(after, top_rows(before, after), limit=args.rows)
+            if args.tasks:
+                return render_top(after, top_rows(before, after), limit=args.rows)
+            return render_top(after, [], limit=args.rows, groups=group_rows(before, after))
 
         return _render(args.pid, "top", draw)
 

@@ -35,6 +35,7 @@ from corun.runtime.engine.accounting import (
 from corun.runtime.engine.task_core import (
     STATE_NAMES,
     TaskCore,
+    live_groups,
     rank_busiest,
     task_counters,
 )
@@ -367,13 +368,54 @@ class Observer:
                     stack,
                 )
 
-    def busiest(self, rows: int, states: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    def groups(self, live: list[Any] | None = None) -> dict[str, dict[str, Any]]:
+        """The tasks by group, as ``corun top`` shows them: cumulative counters, by group name.
+
+        Each group is ``{"live", "done", "steps", "busy", "lifetimes",
+        "lifetime_max"}``: its live tasks, its ended ones, and the steps and
+        seconds on the loop of both; ``lifetimes`` is the histogram of the
+        ended tasks' spawn-to-end times, as ``[bucket, count]`` pairs of the
+        buckets that count any. ``live``: the live tasks, if read already.
+        """
+        if live is None:
+            live = self.live_tasks()
+        out: dict[str, dict[str, Any]] = {}
+        for name, totals in list(self.accounting.groups.items()):
+            out[name] = {
+                "live": 0,
+                "done": totals.done,
+                "steps": totals.steps,
+                "busy": totals.busy,
+                "lifetimes": [list(pair) for pair in totals.lifetimes.nonzero()],
+                "lifetime_max": totals.lifetimes.max,
+            }
+        for name, (count, steps, busy) in live_groups(live).items():
+            group = out.get(name)
+            if group is None:
+                group = out[name] = {
+                    "live": 0,
+                    "done": 0,
+                    "steps": 0,
+                    "busy": 0.0,
+                    "lifetimes": [],
+                    "lifetime_max": 0.0,
+                }
+            group["live"] = count
+            group["steps"] += steps
+            group["busy"] += busy
+        return out
+
+    def busiest(
+        self, rows: int, states: dict[str, int] | None = None, live: list[Any] | None = None
+    ) -> list[dict[str, Any]]:
         """The ``rows`` tasks most busy since the last call, with their cumulative counters.
 
         Each row has ``recent``, the seconds on the loop since the last call,
         which ranks them. For ``corun top``: no stacks, no dataclasses.
+        ``live``: the live tasks, if read already.
         """
-        live = self.live_tasks()
+        if live is None:
+            live = self.live_tasks()
         step_task = self.accounting.step_task
         # One compiled pass ranks and counts them all; only the chosen rows
         # are read further.

@@ -2,9 +2,9 @@
 
 Pure functions of the documents the inspection server answers (their schemas
 are in ``docs/observe.md``): ``render_ps`` and ``render_dump`` return plain
-text, for terminals and pipes alike; ``top_rows`` turns two consecutive
-``top`` documents into per-task rates, and ``render_top`` lays them out as a
-``rich`` view. A document that lacks a field raises ``KeyError`` or
+text, for terminals and pipes alike; ``group_rows`` and ``top_rows`` turn two
+consecutive ``top`` documents into rates per task group and per task, and
+``render_top`` lays them out as a ``rich`` view. A document that lacks a field raises ``KeyError`` or
 ``TypeError``; the command reports it as a malformed answer.
 """
 
@@ -20,6 +20,9 @@ from typing import Any, Final
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+from corun.observe.histogram import LatencyHistogram
+from corun.runtime.engine.accounting import BUCKETS
 
 #: A JSON object as ``json.loads`` gives it.
 Doc = Mapping[str, Any]
@@ -131,19 +134,24 @@ def await_chain(stack: Sequence[str], frames: int = PS_FRAMES) -> str:
     return ("… > " if len(stack) > frames else "") + " > ".join(shown)
 
 
+def blocked_banner(doc: Doc) -> list[str]:
+    """The lines on a blocked loop's culprit and its stack (none if the loop is not blocked)."""
+    if not doc.get("blocked"):
+        return []
+    blocking = doc.get("blocking")
+    if not blocking:
+        return ["LOOP BLOCKED; the loop is answering from its watchdog"]
+    return [
+        f"LOOP BLOCKED for {duration(blocking['for_ms'] / 1000.0)} "
+        f"by {blocking['task']}; the loop is answering from its watchdog:",
+        *(f"    {frame}" for frame in blocking["stack"]),
+    ]
+
+
 def render_ps(doc: Doc) -> str:
     """The text of ``corun ps``: the loop, a blocked loop's culprit, then the task tree."""
     lines = [f"corun ps {doc['pid']}: " + "\n".join(loop_summary(doc["loop"]))]
-    blocking = doc.get("blocking")
-    if doc["blocked"]:
-        if blocking:
-            lines.append(
-                f"LOOP BLOCKED for {duration(blocking['for_ms'] / 1000.0)} "
-                f"by {blocking['task']}; the loop is answering from its watchdog:"
-            )
-            lines.extend(f"    {frame}" for frame in blocking["stack"])
-        else:
-            lines.append("LOOP BLOCKED; the loop is answering from its watchdog")
+    lines.extend(blocked_banner(doc))
     lines.append("")
     rows = [
         (
@@ -198,11 +206,7 @@ def top_rows(before: Doc, after: Doc) -> list[TopRow]:
         ValueError: the documents are of different processes, or ``after``
             is not later than ``before``.
     """
-    if before["pid"] != after["pid"]:
-        raise ValueError(f"top samples of two processes ({before['pid']}, {after['pid']})")
-    interval = after["time"] - before["time"]
-    if not interval > 0:
-        raise ValueError("top samples out of time order")
+    interval = _interval(before, after)
     earlier = {task["id"]: task for task in before["tasks"]}
     rows = []
     for task in after["tasks"]:
@@ -224,10 +228,132 @@ def top_rows(before: Doc, after: Doc) -> list[TopRow]:
     return rows
 
 
-def render_top(after: Doc, rows: Sequence[TopRow], *, limit: int) -> Group:
-    """The ``corun top`` view: the loop's lines, then the first ``limit`` rows."""
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """One task group's line in ``corun top``, over the interval between two samples.
+
+    Attributes:
+        name: the group: the coroutine function's qualified name, or a label.
+        live: its tasks alive at the second sample.
+        ended_per_s: its tasks that ended, per second.
+        cpu_share: the share of the interval its tasks ran on the loop (0..1).
+        steps_per_s: its tasks' steps per second.
+        p50, p99: the spawn-to-end time of the tasks that ended in the
+            interval, in seconds (None: none ended).
+    """
+
+    name: str
+    live: int
+    ended_per_s: float
+    cpu_share: float
+    steps_per_s: float
+    p50: float | None
+    p99: float | None
+
+
+def _lifetimes(group: Doc | None) -> LatencyHistogram:
+    if group is None:
+        return LatencyHistogram.empty()
+    counts = [0] * BUCKETS
+    for bucket, count in group["lifetimes"]:
+        counts[bucket] = count
+    return LatencyHistogram(tuple(counts), sum(counts), 0.0, group["lifetime_max"])
+
+
+def _interval(before: Doc, after: Doc) -> float:
+    if before["pid"] != after["pid"]:
+        raise ValueError(f"top samples of two processes ({before['pid']}, {after['pid']})")
+    interval: float = after["time"] - before["time"]
+    if not interval > 0:
+        raise ValueError("top samples out of time order")
+    return interval
+
+
+def group_rows(before: Doc, after: Doc) -> list[GroupRow]:
+    """Per-group rates from two consecutive ``top`` documents, busiest first.
+
+    The counters are cumulative (ended tasks' and live tasks' together), so
+    the deltas count what the group's tasks did in the interval. A task that
+    the application labelled mid-way moves its past work to its new group,
+    so a delta below zero counts as zero. Groups idle in the interval and
+    with no live task are left out. Ties go to more ended tasks, then to name.
+
+    Raises:
+        ValueError: the documents are of different processes, or ``after``
+            is not later than ``before``.
+    """
+    interval = _interval(before, after)
+    earlier = {group["name"]: group for group in before.get("groups", ())}
+    rows = []
+    for group in after.get("groups", ()):
+        prev = earlier.get(group["name"])
+        ended = group["done"] - (prev["done"] if prev else 0)
+        busy = group["busy"] - (prev["busy"] if prev else 0.0)
+        steps = group["steps"] - (prev["steps"] if prev else 0)
+        if ended <= 0 and busy <= 0 and steps <= 0 and not group["live"]:
+            continue
+        p50 = p99 = None
+        if ended > 0:
+            delta = _lifetimes(group) - _lifetimes(prev)
+            if delta.count > 0:
+                p50, p99 = delta.quantiles((0.5, 0.99))
+        rows.append(
+            GroupRow(
+                name=group["name"],
+                live=group["live"],
+                ended_per_s=max(0, ended) / interval,
+                cpu_share=max(0.0, busy) / interval,
+                steps_per_s=max(0, steps) / interval,
+                p50=p50,
+                p99=p99,
+            )
+        )
+    rows.sort(key=lambda row: (-row.cpu_share, -row.ended_per_s, row.name))
+    return rows
+
+
+def _group_table(rows: Sequence[GroupRow]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("GROUP", overflow="ellipsis", no_wrap=True, max_width=_NAME_WIDTH)
+    table.add_column("LIVE", justify="right")
+    table.add_column("ENDED/S", justify="right")
+    table.add_column("CPU", justify="right")
+    table.add_column("STEPS/S", justify="right")
+    table.add_column("TIME P50", justify="right")
+    table.add_column("TIME P99", justify="right")
+    for row in rows:
+        table.add_row(
+            row.name,
+            str(row.live),
+            f"{row.ended_per_s:.1f}",
+            f"{row.cpu_share:.1%}",
+            f"{row.steps_per_s:.1f}",
+            "-" if row.p50 is None else duration(row.p50),
+            "-" if row.p99 is None else duration(row.p99),
+        )
+    return table
+
+
+def render_top(
+    after: Doc,
+    rows: Sequence[TopRow],
+    *,
+    limit: int,
+    groups: Sequence[GroupRow] | None = None,
+) -> Group:
+    """The ``corun top`` view: the loop's lines, a blocked loop's culprit, then the rows.
+
+    With ``groups``, the first ``limit`` groups; otherwise the first ``limit`` tasks.
+    """
     title = Text(f"corun top {after['pid']}: ", style="bold")
     summary = loop_summary(after["loop"])
+    head: list[Any] = [title + Text(summary[0]), *map(Text, summary[1:])]
+    head.extend(Text(line, style="bold red") for line in blocked_banner(after))
+    head.append(Text(""))
+    if groups is not None:
+        more = len(groups) - limit
+        tail = [Text(f"… and {more} more groups", style="dim")] if more > 0 else []
+        return Group(*head, _group_table(groups[:limit]), *tail)
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("ID", justify="right")
     table.add_column("TASK", overflow="ellipsis", no_wrap=True, max_width=_NAME_WIDTH)
@@ -246,7 +372,7 @@ def render_top(after: Doc, rows: Sequence[TopRow], *, limit: int) -> Group:
             duration(row.longest),
             duration(row.wake_p99),
         )
-    parts: list[Any] = [title + Text(summary[0]), *map(Text, summary[1:]), Text(""), table]
+    parts: list[Any] = [*head, table]
     if len(rows) > limit:
         parts.append(Text(f"… and {len(rows) - limit} more tasks", style="dim"))
     return Group(*parts)

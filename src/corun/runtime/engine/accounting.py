@@ -124,6 +124,16 @@ class Histogram:
         """The count of each bucket (safe from any thread: each count is read whole)."""
         return [count for count in self.buckets]
 
+    def nonzero(self) -> list[tuple[int, int]]:
+        """``(bucket, count)`` of the buckets that count anything, in bucket order."""
+        out: list[tuple[int, int]] = []
+        buckets = self.buckets
+        for index in range(BUCKETS):
+            count = buckets[index]
+            if count:
+                out.append((index, count))
+        return out
+
 
 # --- the flight recorder ----------------------------------------------------------
 #
@@ -296,6 +306,30 @@ class EventRing:
         return out
 
 
+# --- task groups ---------------------------------------------------------------------
+#
+# ``corun top`` shows a server's thousand short request tasks as one row: the
+# tasks that run the same coroutine function (or that the application labelled
+# alike, ``corun.observe.set_group``) form a group, and a task's counters are
+# added to its group's when it ends, with its lifetime (spawn to end) in the
+# group's histogram. A live task's counters are read from the task itself.
+
+#: Groups kept per loop; the tasks of any further ones count as ``OTHER_GROUP``.
+MAX_GROUPS: Final = 128
+OTHER_GROUP: Final = "(other groups)"
+
+
+class GroupTotals:
+    """The summed counters of a group's tasks that have ended."""
+
+    def __init__(self) -> None:
+        self.done: i64 = 0
+        self.steps: i64 = 0
+        self.busy: float = 0.0
+        #: Spawn-to-end times of the tasks (of those spawned while observed).
+        self.lifetimes: Histogram = Histogram()
+
+
 # --- the loop's accounting ---------------------------------------------------------
 
 #: Seconds the loop waits at a hand-over of the GIL before it goes on without
@@ -400,6 +434,8 @@ class LoopAccounting:
         self.hand_over_seconds: float = 0.0
         self.tasks_spawned: int = 0
         self.tasks_exited: int = 0
+        # Ended tasks' counters by group (see GroupTotals), read by corun top.
+        self.groups: dict[str, GroupTotals] = {}
         self._next_task_id: int = 0
         # (seq, owner, start, duration, gc seconds): steps over stall_threshold,
         # taken by the watchdog; bounded in case nobody takes them.
@@ -554,6 +590,22 @@ class LoopAccounting:
         self.tasks_exited += 1
         kind = _EXIT_CANCELLED if outcome == "CANCELLED" else _EXIT_FINISHED
         self.recorder.add_task(kind, task_id, steps, name, self._step_stamp())
+
+    def task_ended(self, group: str, steps: i64, busy: float, lifetime: float) -> None:
+        """Add an ended task's counters to its group's (``lifetime`` < 0: not known)."""
+        totals = self.groups.get(group)
+        if totals is None:
+            if len(self.groups) >= MAX_GROUPS:
+                group = OTHER_GROUP
+                totals = self.groups.get(group)
+            if totals is None:
+                totals = GroupTotals()
+                self.groups[group] = totals
+        totals.done += 1
+        totals.steps += steps
+        totals.busy += busy
+        if lifetime >= 0.0:
+            totals.lifetimes.record(lifetime)
 
     def task_cancelled(self, task_id: int, name: str) -> None:
         """Record a cancellation request, with where it came from."""

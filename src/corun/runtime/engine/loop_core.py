@@ -222,7 +222,7 @@ def _run_handles_accounted(loop: LoopCore, accounting: LoopAccounting, todo: int
                 # loop's lag is both histograms added up (see accounting.py).
                 if lag >= 0.0:
                     schedule_histogram.record(lag)
-                account_task_step(task, duration, lag)
+                account_task_step(task, duration, lag, accounting, end)
             elif lag >= 0.0:
                 lag_histogram.record(lag)
             if duration > accounting.longest:

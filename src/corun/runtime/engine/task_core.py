@@ -132,6 +132,11 @@ class TaskCore(Future):
     _corun_wake_total: float = 0.0
     _corun_wake_max: float = 0.0
     _corun_wake_p99: float = 0.0
+    # Its group for corun top (the coroutine's qualified name unless the
+    # application set one), and when it was spawned, on the loop's clock (0.0:
+    # not known, spawned while the accounting was off).
+    _corun_group: str | None = None
+    _corun_born: float = 0.0
     _fut_waiter: Any
     # None once an eager task finished in its first step (as asyncio drops it).
     _coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any] | None
@@ -369,6 +374,12 @@ def init_task(
             if not parent._corun_id:  # created before observation started
                 parent._corun_id = accounting.new_task_id()
             task._corun_parent = parent._corun_id
+        # The running step's start, not a clock read of its own.
+        task._corun_born = (
+            accounting.step_start if accounting.step_handle is not None else accounting.clock()
+        )
+        if task._corun_group is None:  # a subclass's __init__ may have set one
+            task._corun_group = coroutine_group(coro)
         accounting.task_spawned(task._corun_id, task._corun_parent, task._name)
     if instruments.task_spawned:
         instruments.call_task_hook("task_spawned", instruments.task_spawned, task)
@@ -406,6 +417,9 @@ def _eager_start(task: TaskCore) -> None:
         finally:
             if accounting is not None:
                 accounting.step_task = creator
+                if task._state != PENDING:
+                    # Its step was its creator's (whose step time includes it).
+                    _end_task(task, accounting, accounting.clock())
             if task._state != PENDING:
                 task._coro = None
             else:
@@ -426,8 +440,42 @@ def _accounting_of(task: TaskCore) -> LoopAccounting | None:
     return None
 
 
-def account_task_step(task: TaskCore, duration: float, lag: float) -> None:
-    """Count one step of ``task`` that took ``duration``, ``lag`` after it was woken."""
+def coroutine_group(coro: object) -> str:
+    """The group of a task that runs ``coro``: its function's qualified name."""
+    name = getattr(coro, "__qualname__", None)
+    return name if isinstance(name, str) else type(coro).__qualname__
+
+
+def task_group(task: TaskCore) -> str:
+    """The group ``task`` counts in (see ``LoopAccounting.task_ended``)."""
+    group = task._corun_group
+    if group is None:
+        group = coroutine_group(task._coro) if task._coro is not None else "(unknown)"
+    return group
+
+
+def set_task_group(task: object, group: str) -> bool:
+    """Put ``task`` in ``group`` for corun top; False if it is not a corun task."""
+    if isinstance(task, TaskCore):
+        task._corun_group = group
+        return True
+    return False
+
+
+def _end_task(task: TaskCore, accounting: LoopAccounting, end: float) -> None:
+    born = task._corun_born
+    accounting.task_ended(
+        task_group(task), task._corun_steps, task._corun_busy, end - born if born > 0.0 else -1.0
+    )
+
+
+def account_task_step(
+    task: TaskCore, duration: float, lag: float, accounting: LoopAccounting, end: float
+) -> None:
+    """Count one step of ``task`` that took ``duration`` to ``end``, ``lag`` after it was woken.
+
+    The step that ends the task adds its counters to its group's.
+    """
     task._corun_steps += 1
     task._corun_busy += duration
     if duration > task._corun_longest:
@@ -448,6 +496,8 @@ def account_task_step(task: TaskCore, duration: float, lag: float) -> None:
                 task._corun_wake_p99 = estimate + 0.99 * rate
             else:
                 task._corun_wake_p99 = estimate - 0.01 * rate
+    if task._state != PENDING:
+        _end_task(task, accounting, end)
 
 
 def schedule_step(task: TaskCore, exc: BaseException | None) -> None:
@@ -644,6 +694,23 @@ def task_counters(tasks: list[Any]) -> list[TaskCounters]:
             )
         else:
             out.append((0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0))
+    return out
+
+
+def live_groups(tasks: list[Any]) -> dict[str, tuple[int, int, float]]:
+    """Live tasks by group (``task_group``): their number, steps and seconds busy, in one pass."""
+    out: dict[str, tuple[int, int, float]] = {}
+    for task in tasks:
+        if isinstance(task, TaskCore):
+            group = task_group(task)
+            steps = task._corun_steps
+            busy = task._corun_busy
+        else:  # a foreign task: counted, with no counters
+            group = coroutine_group(task.get_coro())
+            steps = 0
+            busy = 0.0
+        count, total_steps, total_busy = out.get(group, (0, 0, 0.0))
+        out[group] = (count + 1, total_steps + steps, total_busy + busy)
     return out
 
 
