@@ -156,7 +156,8 @@ def test_eager_tasks_that_end_in_their_first_step_count() -> None:
         return 1
 
     async def main(observer: Observer) -> dict[str, Any]:
-        asyncio.get_running_loop().set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]
+        factory = asyncio.create_eager_task_factory(corun.Task)  # type: ignore[attr-defined]
+        asyncio.get_running_loop().set_task_factory(factory)
         assert sum(await asyncio.gather(*(done_at_once() for _ in range(10)))) == 10
         return observer.groups()
 
