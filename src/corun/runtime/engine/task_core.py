@@ -132,8 +132,8 @@ class TaskCore(Future):
     _corun_wake_total: float = 0.0
     _corun_wake_max: float = 0.0
     _corun_wake_p99: float = 0.0
-    # Its group for corun top (the coroutine's qualified name unless the
-    # application set one), and when it was spawned, on the loop's clock (0.0:
+    # Its group for corun top, if the application set one (else the
+    # coroutine's qualified name, read when asked: task_group), and when it was spawned, on the loop's clock (0.0:
     # not known, spawned while the accounting was off).
     _corun_group: str | None = None
     _corun_born: float = 0.0
@@ -378,8 +378,6 @@ def init_task(
         task._corun_born = (
             accounting.step_start if accounting.step_handle is not None else accounting.clock()
         )
-        if task._corun_group is None:  # a subclass's __init__ may have set one
-            task._corun_group = coroutine_group(coro)
         accounting.task_spawned(task._corun_id, task._corun_parent, task._name)
     if instruments.task_spawned:
         instruments.call_task_hook("task_spawned", instruments.task_spawned, task)
