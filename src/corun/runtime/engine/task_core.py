@@ -133,8 +133,9 @@ class TaskCore(Future):
     _corun_wake_max: float = 0.0
     _corun_wake_p99: float = 0.0
     # Its group for corun top, if the application set one (else the
-    # coroutine's qualified name, read when asked: task_group), and when it was spawned, on the loop's clock (0.0:
-    # not known, spawned while the accounting was off).
+    # coroutine's qualified name, read when asked: task_group), and when it
+    # was spawned, on the loop's clock (0.0: not known, spawned while the
+    # accounting was off).
     _corun_group: str | None = None
     _corun_born: float = 0.0
     _fut_waiter: Any
