@@ -8,7 +8,8 @@ Each child is ``tests/observe/many_tasks_child.py`` run with ``CORUN_OBSERVE=1``
 other tasks, and a 1 ms ticker. This process asks it for ``ps`` ``--asks``
 times, 0.2 s apart, through ``corun.observe.client.request``, and the child
 reports its ticker's worst gap beyond the 1 ms while it was asked, and over an
-idle second before (the floor). With ``--baseline-src``, the ``src`` directory
+idle second before (the floor), and the longest its serving thread held the
+loop up (``held_ms`` of its audit lines). With ``--baseline-src``, the ``src`` directory
 of another checkout, built in place (its ``make install``), takes turns with
 this one, child by child. Results go to ``benchmarks/results/observe_ps.{json,md}``
 (``observe_dump.*`` for ``--request dump``: the child's recorder is full then,
@@ -68,6 +69,7 @@ def ask_child(src: Path, asks: int, what: str = "ps") -> dict[str, Any]:
             child.stdin.close()
             worst = float(child.stdout.readline())
             gaps = json.loads(child.stdout.readline())
+            held = json.loads(child.stdout.readline())
             child.wait(CHILD_TIMEOUT)
         finally:
             if previous is None:
@@ -83,6 +85,7 @@ def ask_child(src: Path, asks: int, what: str = "ps") -> dict[str, Any]:
         "worst_gap_ms": worst,
         "worst_during_ms": max(during, default=0.0),
         "worst_outside_ms": max(outside, default=0.0),
+        "held_ms": held,
         "floor_ms": float(floor),
         "bytes": size,
     }
@@ -116,6 +119,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "worst_gaps_ms": sorted(run["worst_gap_ms"] for run in runs),
         "worst_during_ms": sorted(run["worst_during_ms"] for run in runs),
         "worst_outside_ms": sorted(run["worst_outside_ms"] for run in runs),
+        # Empty for a baseline whose audit line has no ``held_ms``.
+        "worst_held_ms": sorted(max(run["held_ms"]) for run in runs if run["held_ms"]),
         "floors_ms": sorted(run["floor_ms"] for run in runs),
         "bytes": runs[-1]["bytes"],
     }
@@ -130,8 +135,9 @@ def markdown(
         lines += [f"baseline: the corun in `{baseline}`, child by child with this one.", ""]
     lines += [
         "| code | answers | median ms | min | max | worst loop gap per child, ms "
-        "| of which during answers | outside answers | idle floor per child, ms |",
-        "|---|--:|--:|--:|--:|---|---|---|---|",
+        "| of which during answers | outside answers | idle floor per child, ms "
+        "| longest hold per child, ms |",
+        "|---|--:|--:|--:|--:|---|---|---|---|---|",
     ]
 
     def listed(values: list[float]) -> str:
@@ -142,13 +148,17 @@ def markdown(
             f"| {name} | {row['answers']} | {row['ps_median_ms']:.0f} | {row['ps_min_ms']:.0f} "
             f"| {row['ps_max_ms']:.0f} | {listed(row['worst_gaps_ms'])} "
             f"| {listed(row['worst_during_ms'])} | {listed(row['worst_outside_ms'])} "
-            f"| {listed(row['floors_ms'])} |"
+            f"| {listed(row['floors_ms'])} | {listed(row['worst_held_ms']) or 'not measured'} |"
         )
     lines += [
         "",
         "Gaps are the child's 1 ms ticker's lateness. During answers: gaps that overlap "
         "an answer; outside: the others of the same minutes (the machine's noise), "
-        "besides the idle floor, the worst gap of an idle second before the first answer.",
+        "besides the idle floor, the worst gap of an idle second before the first answer. "
+        "The longest hold is the most CPU time the serving thread ran between two of its "
+        "pauses for the loop, over the child's answers (``held_ms`` in the audit line): "
+        "how long an answer held the loop up. Time this virtual machine's host or other "
+        "processes took from the loop is in the gaps but not in the holds.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -175,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             runs[name].append(run)
             print(
                 f"child {child + 1} {name}: {args.request} {[round(t) for t in run['ps_ms']]} ms, "
-                f"worst gap {run['worst_gap_ms']:.1f} ms, floor {run['floor_ms']:.1f} ms",
+                f"worst gap {run['worst_gap_ms']:.1f} ms, floor {run['floor_ms']:.1f} ms, "
+                f"held {max(run['held_ms'], default=0.0):.1f} ms",
                 flush=True,
             )
     rows = {name: summarise(found) for name, found in runs.items()}

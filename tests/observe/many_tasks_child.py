@@ -4,7 +4,9 @@ Prints ``ready BASELINE`` when all tasks wait, BASELINE being the longest gap
 its 1 ms ticker saw beyond the 1 ms (in ms) over a second with nothing asked
 of it; then, when its stdin closes, the longest gap since (in ms), and on a
 second line the gaps over 1 ms since, as JSON ``[[end, gap_ms], ...]`` (``end``
-on ``time.monotonic()``, which every process shares), and exits.
+on ``time.monotonic()``, which every process shares), on a third the longest
+time each answer held the loop up (``held_ms`` of the inspection server's audit
+lines, as JSON), and exits.
 Task names say what each waits on: ``sleep-N``, ``event-N``, ``queue-N``,
 ``lock-N``, ``sock-N``, ``stream-N``, ``task-N`` (awaits ``sleep-N``).
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import socket
 import sys
 import time
@@ -32,7 +36,23 @@ COUNTS = {
 }
 
 
+class _Holds(logging.Handler):
+    """The ``held_ms`` of each audit line of ``corun.observe``'s server."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.held: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = re.search(r" held_ms=([\d.]+)", record.getMessage())
+        if found:
+            self.held.append(float(found.group(1)))
+
+
 async def main() -> None:
+    audits = _Holds()
+    logging.getLogger("corun.observe").addHandler(audits)
+    logging.getLogger("corun.observe").setLevel(logging.INFO)
     loop = asyncio.get_running_loop()
     event = asyncio.Event()
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -87,6 +107,7 @@ async def main() -> None:
     await loop.run_in_executor(None, sys.stdin.read)
     print(f"{worst * 1e3:.3f}", flush=True)
     print(json.dumps(gaps), flush=True)
+    print(json.dumps(audits.held), flush=True)
     tick.cancel()
     for task in [*sleepers, *tasks]:
         task.cancel()

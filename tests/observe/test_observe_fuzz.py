@@ -201,7 +201,9 @@ def test_fuzzed_clients_leave_the_server_serving(tmp_path: Path) -> None:
     finally:
         log = child.stop()
     audit = re.findall(
-        r"^corun.observe INFO inspect: peer pid=\d+ uid=\d+ .* bytes=\d+ ms=[\d.]+$", log, re.M
+        r"^corun.observe INFO inspect: peer pid=\d+ uid=\d+ .* bytes=\d+ ms=[\d.]+ held_ms=[\d.]+$",
+        log,
+        re.M,
     )
     assert len(audit) == ITERATIONS + 1
     assert "Traceback" not in log

@@ -262,9 +262,13 @@ def test_each_connection_leaves_one_audit_line(
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("inspect: peer")]
     me = f"pid={os.getpid()} uid={os.geteuid()}"
     assert len(lines) == 2
-    assert re.fullmatch(rf"inspect: peer {me} request=ps outcome=ok bytes=16 ms=\d+\.\d", lines[0])
     assert re.fullmatch(
-        rf"inspect: peer {me} request=nope outcome=unknown request bytes=\d+ ms=\d+\.\d", lines[1]
+        rf"inspect: peer {me} request=ps outcome=ok bytes=16 ms=\d+\.\d held_ms=\d+\.\d", lines[0]
+    )
+    assert re.fullmatch(
+        rf"inspect: peer {me} request=nope outcome=unknown request bytes=\d+ ms=\d+\.\d "
+        r"held_ms=\d+\.\d",
+        lines[1],
     )
 
 
@@ -491,7 +495,7 @@ def test_a_client_of_another_uid_is_refused_by_the_peer_check() -> None:
             log = child.stop()
         refusals = re.findall(
             rf"corun.observe WARNING inspect: peer pid=(\d+) uid={daemon.pw_uid} request=- "
-            r"outcome=refused bytes=(\d+) ms=[\d.]+",
+            r"outcome=refused bytes=(\d+) ms=[\d.]+ held_ms=[\d.]+",
             log,
         )
         assert len(refusals) == 1, log

@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+from corun.observe import holds
 from corun.observe.alarm import Alarm
 from corun.observe.histogram import LatencyHistogram
 from corun.observe.protocol import logger
@@ -50,7 +51,10 @@ MAX_STALLS: Final = 128
 EVENT_SLICE: Final = 256
 #: Off the loop's thread, a walk of the tasks holds the GIL at most about this
 #: long, then sleeps this long, so that the loop's thread can take the GIL.
-CHUNK_SECONDS: Final = 0.002
+#: At 2 ms, a dump of a full recorder held the loop up for 3 to 6 ms at a time
+#: (a garbage collection or the machine can lengthen a stretch); at 1 ms, for
+#: 1.6 to 2.8, and took no longer (benchmarks/results/observe_dump.md).
+CHUNK_SECONDS: Final = 0.001
 CHUNK_PAUSE: Final = 0.0001
 #: At a pause, a loop with ready handles runs them this long before it hands
 #: the GIL back: a timer's callback and the task it wakes both run.
@@ -101,6 +105,7 @@ def pause() -> None:
     """
     from corun.observe.monitor import MONITOR
 
+    holds.mark()
     # The loop waits for the next pause at its next poll: waiting for the GIL
     # instead, it would get it only when the interpreter forces a switch.
     MONITOR.turn(wait=CHUNK_SECONDS * 2, grace=PAUSE_GRACE)

@@ -57,6 +57,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
+from corun.observe import holds
 from corun.observe.protocol import (
     ANSWER_TIMEOUT,
     MAX_ANSWER,
@@ -334,6 +335,7 @@ class InspectServer:
     def _serve_connection(self, conn: socket.socket, wake_r: int) -> None:
         """Answer one connection and write its audit line; only ``_Closing`` escapes."""
         audit = _Audit(started=time.monotonic())
+        holds.start()
         try:
             conn.setblocking(False)
             audit.peer_pid, audit.peer_uid, _ = _UCRED.unpack(
@@ -352,16 +354,18 @@ class InspectServer:
             audit.extra.append("server error")
         finally:
             outcome = ", ".join([audit.outcome, *audit.extra])
+            measured = holds.stop()
             self._turn()  # a log handler may write
             logger.log(
                 audit.level,
-                "inspect: peer pid=%d uid=%d request=%s outcome=%s bytes=%d ms=%.1f",
+                "inspect: peer pid=%d uid=%d request=%s outcome=%s bytes=%d ms=%.1f held_ms=%.1f",
                 audit.peer_pid,
                 audit.peer_uid,
                 audit.request,
                 outcome,
                 audit.sent,
                 (time.monotonic() - audit.started) * 1000.0,
+                measured.longest * 1000.0 if measured is not None else 0.0,
             )
 
     def _exchange(self, conn: socket.socket, wake_r: int, audit: _Audit) -> None:
