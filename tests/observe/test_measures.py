@@ -899,9 +899,9 @@ def test_the_serving_thread_is_handed_the_gil_by_a_loop_of_short_steps(
 
 
 def test_the_loop_runs_between_the_slices_of_a_walk_off_its_thread(
-    loop: corun.EventLoop,
+    loop: corun.EventLoop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # corun ps walks the tasks on the serving thread in slices of about 2 ms,
+    # corun ps walks the tasks on the serving thread in slices of about 1 ms,
     # pausing between them so that the loop runs. The loop used to wait for
     # the GIL at the end of its poll, while a slice held it, and then at the
     # pause's gate: a 1 ms ticker missed slices.
@@ -910,8 +910,12 @@ def test_the_loop_runs_between_the_slices_of_a_walk_off_its_thread(
     import statistics
     import threading
 
-    from corun.observe.observer import CHUNK_SECONDS
+    from corun.observe import observer as observer_module
 
+    # Slices of 2 ms here: twice the ticker's own period, so that a ticker
+    # that runs at every pause and one that misses every other one differ.
+    CHUNK_SECONDS = 0.002
+    monkeypatch.setattr(observer_module, "CHUNK_SECONDS", CHUNK_SECONDS)
     TASKS = 30_000
 
     observer = observe.enable(loop, serve=False)
