@@ -9,6 +9,7 @@ asyncio with a loop factory: ``asyncio.run(main(), loop_factory=corun.new_event_
 
 import os as _os
 
+from corun._version import __version__ as __version__
 from corun.runtime.engine.futures import Future
 from corun.runtime.engine.handles import Handle
 from corun.runtime.engine.instruments import Instrument
@@ -17,8 +18,6 @@ from corun.runtime.engine.loop_core import LoopStatistics
 from corun.runtime.engine.timers import TimerHandle
 from corun.runtime.loop import LOOP_CREATED, EventLoop
 from corun.runtime.runner import EventLoopPolicy, install, new_event_loop, run
-
-__version__ = "0.1.0"
 
 
 def _is_compiled() -> bool:

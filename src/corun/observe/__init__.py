@@ -136,7 +136,7 @@ def enable(
         return existing
     if loop.is_closed():
         raise ObserveError("the loop is closed")
-    observer = Observer(loop, float(stall_threshold))
+    observer = Observer(loop, float(stall_threshold), MONITOR)
     MONITOR.add(observer)
     if serve:
         _serve()
@@ -166,7 +166,7 @@ def _serve() -> None:
             turn=MONITOR.turn,
             turns_done=MONITOR.turns_done,
             waiting=MONITOR.wait_for_client,
-            pause=pause,
+            pause=lambda: pause(MONITOR),
         )
         path = server.start()
     except Exception as exc:

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from corun.observe import holds
 from corun.observe.alarm import Alarm
@@ -64,38 +64,59 @@ PAUSE_GRACE: Final = 0.0005
 WALK_SLICE: Final = 64
 
 
+class Watchdog(Protocol):
+    """What an observer asks of the process's watchdog (``monitor.MONITOR``).
+
+    Given to each observer as it is made, so that this module need not
+    import the watchdog's, which knows the observers it watches.
+    """
+
+    def turn(self, wait: float = ..., grace: float = ...) -> None:
+        """Have the observed loops hand over the GIL at their next poll (see ``pause``)."""
+
+    def turns_done(self) -> None:
+        """This thread needs no more turns."""
+
+    def remove(self, observer: Observer) -> None:
+        """Stop watching ``observer``."""
+
+    def look_now(self) -> None:
+        """Have the watchdog look at every observed loop now."""
+
+
 class Pauses:
     """Sleeps now and then in a long walk off the loop's thread (a no-op on it).
 
     A thread that only yields the GIL takes it straight back; a short sleep
     lets the loop's thread have it, and the loop hands it back at its next
     poll (``pause``). Checked after each slice of the walk, by the clock, so
-    that a slow machine pauses as often as a fast one.
+    that a slow machine pauses as often as a fast one. ``watchdog`` is None
+    where nothing is to be paused for: on the loop's own thread.
     """
 
-    __slots__ = ("_off_loop", "_since", "paused")
+    __slots__ = ("_since", "_watchdog", "paused")
 
-    def __init__(self, *, off_loop: bool) -> None:
-        self._off_loop = off_loop
+    def __init__(self, watchdog: Watchdog | None) -> None:
+        self._watchdog = watchdog
         self._since = time.perf_counter()
         self.paused = False
 
     def tick(self) -> None:
         """Pause if this thread has held the GIL for ``CHUNK_SECONDS`` since the last pause."""
-        if self._off_loop:
+        if self._watchdog is not None:
             now = time.perf_counter()
             if now - self._since >= CHUNK_SECONDS:
-                pause()
+                pause(self._watchdog)
                 self.paused = True
                 self._since = time.perf_counter()
 
     def done(self) -> None:
         """The long piece of work is over: the loop need wait for no more pauses."""
-        if self.paused:
-            _pauses_done()
+        if self.paused and self._watchdog is not None:
+            self._watchdog.turns_done()
 
 
-def pause() -> None:
+def pause(watchdog: Watchdog) -> None:
     """Let the loop run a batch of handles, then take the GIL back (off the loop's thread only).
 
     For any long piece of work off the loop's thread: a walk, sending a big
@@ -103,24 +124,17 @@ def pause() -> None:
     takes it straight back, and a loop waiting for it gets it only when the
     interpreter forces a switch, 5 ms later.
     """
-    from corun.observe.monitor import MONITOR
-
     holds.mark()
     # The loop waits for the next pause at its next poll: waiting for the GIL
     # instead, it would get it only when the interpreter forces a switch.
-    MONITOR.turn(wait=CHUNK_SECONDS * 2, grace=PAUSE_GRACE)
+    watchdog.turn(wait=CHUNK_SECONDS * 2, grace=PAUSE_GRACE)
     time.sleep(CHUNK_PAUSE)
 
 
 def pauses_for(observers: Sequence[Observer]) -> Pauses:
     """Pauses for work on ``observers`` that may run off their loops' threads (none on one of them)."""
-    return Pauses(off_loop=all(observer._off_loop() for observer in observers))
-
-
-def _pauses_done() -> None:
-    from corun.observe.monitor import MONITOR
-
-    MONITOR.turns_done()
+    off_loop = bool(observers) and all(observer._off_loop() for observer in observers)
+    return Pauses(observers[0].watchdog if off_loop else None)
 
 
 #: A task's fields, in ``TaskSummary``'s order.
@@ -170,7 +184,8 @@ class Observer:
     ``snapshot()`` gives everything measured so far; ``close()`` turns it off.
     """
 
-    def __init__(self, loop: EventLoop, stall_threshold: float) -> None:
+    def __init__(self, loop: EventLoop, stall_threshold: float, watchdog: Watchdog) -> None:
+        self.watchdog = watchdog
         self._loop_ref: weakref.ReferenceType[EventLoop] = weakref.ref(loop)
         self.stall_threshold: float = stall_threshold
         self.accounting: LoopAccounting = LoopAccounting(loop._clock, stall_threshold)
@@ -227,9 +242,7 @@ class Observer:
         # is None, no setting is in flight, and the fd can go.
         self.accounting.alarm = None
         self.accounting.alarm_at = math.inf
-        from corun.observe.monitor import MONITOR
-
-        MONITOR.remove(self)
+        self.watchdog.remove(self)
 
     def snapshot(self, *, stacks: bool = True) -> Snapshot:
         """Everything measured so far, frozen. Safe from any thread.
@@ -304,7 +317,7 @@ class Observer:
         outlive the young generations and bring on a full collection, which
         holds every thread up for tens of milliseconds with this many tasks.
         """
-        pauses = Pauses(off_loop=self._off_loop())
+        pauses = pauses_for([self])
         live = self.live_tasks()
         try:
             for first in range(0, len(live), WALK_SLICE):
@@ -314,8 +327,8 @@ class Observer:
             if pauses.paused:
                 # The caller assembles its answer next (the JSON of a ps of
                 # 10,000 tasks): the loop runs first.
-                pause()
-                _pauses_done()
+                pause(self.watchdog)
+                pauses.done()
 
     def _loop_time(self) -> float:
         loop = self._loop_ref()
@@ -464,7 +477,7 @@ class Observer:
         The incidents (cancellations, stalls, notes) have a ring of their own,
         which spawns and exits cannot overwrite; ``incidents_only`` gives those.
         """
-        pauses = Pauses(off_loop=self._off_loop())
+        pauses = pauses_for([self])
         try:
             return [
                 event
@@ -546,9 +559,7 @@ class Observer:
             self.accounting.alarm_every = seconds / 2
             self.accounting.alarm_at = 0.0
             self.accounting.alarm_due = 0.0  # as set, it rings for the old threshold
-        from corun.observe.monitor import MONITOR
-
-        MONITOR.look_now()  # the watchdog may sleep for the old threshold
+        self.watchdog.look_now()  # it may sleep for the old threshold
 
     def _off_loop(self) -> bool:
         """Whether this thread is not the loop's (a walk must then leave it the GIL now and then)."""

@@ -77,7 +77,7 @@ def instrument(
         raise ImportError(
             "corun.observe.otel needs opentelemetry-api: pip install 'corun[otel]'"
         ) from exc
-    from corun import __version__
+    from corun._version import __version__
 
     meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
     result = Instrumentation(observers if observers is not None else MONITOR.observers)
