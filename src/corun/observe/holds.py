@@ -26,8 +26,7 @@ class Holds:
     def mark(self) -> None:
         """A pause: the stretch since the last one ends here."""
         now = time.thread_time()
-        if now - self._since > self.longest:
-            self.longest = now - self._since
+        self.longest = max(self.longest, now - self._since)
         self._since = now
 
 
@@ -41,17 +40,21 @@ def start() -> Holds:
     return holds
 
 
+def _measuring() -> Holds | None:
+    holds: Holds | None = getattr(_current, "holds", None)
+    return holds
+
+
 def stop() -> Holds | None:
     """Stop measuring this thread's stretches; the last measurement, closed by a mark."""
-    holds: Holds | None = getattr(_current, "holds", None)
+    holds = _measuring()
+    mark()
     _current.holds = None
-    if holds is not None:
-        holds.mark()
     return holds
 
 
 def mark() -> None:
     """This thread pauses for the loop (a no-op unless it is being measured)."""
-    holds: Holds | None = getattr(_current, "holds", None)
+    holds = _measuring()
     if holds is not None:
         holds.mark()
