@@ -14,20 +14,35 @@ import sys
 import sysconfig
 from typing import Any, Final
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 # The folder is the rule: every module of the engine is compiled to C, except
-# those named interpreted_* (see src/corun/runtime/engine/__init__.py).
+# those named interpreted_* (see src/corun/runtime/engine/__init__.py). Of the
+# transports, those every stream read and write goes through.
 ENGINE: Final = "src/corun/runtime/engine"
+COMPILED_TRANSPORTS: Final = (
+    "src/corun/runtime/transports/base.py",
+    "src/corun/runtime/transports/stream.py",
+)
+
+
+# Written in C, with a pure-Python equivalent beside each (its docstring says why).
+C_EXTENSIONS: Final = (
+    Extension(
+        "corun.runtime.transports._sockio",
+        ["src/corun/runtime/transports/_sockio.c"],
+        extra_compile_args=["-O2"],
+    ),
+)
 
 
 def compiled_modules() -> list[str]:
-    """The engine's modules that mypyc compiles, in a stable order."""
+    """The modules that mypyc compiles, in a stable order."""
     return sorted(
         os.path.join(ENGINE, name)
         for name in os.listdir(ENGINE)
         if name.endswith(".py") and name != "__init__.py" and not name.startswith("interpreted_")
-    )
+    ) + list(COMPILED_TRANSPORTS)
 
 
 # Compiled classes whose instances take weak references, as asyncio's Future
@@ -44,13 +59,14 @@ def compiled_modules() -> list[str]:
 WEAKLY_REFERENCED: Final = (
     "corun.runtime.engine.futures.Future",
     "corun.runtime.engine.handles.Handle",
+    "corun.runtime.transports.base.FlowControlTransport",  # the loop's _transports
 )
 WEAKLIST_FIELD: Final = "corun_weakreflist"
 _STRUCT: Final = re.compile(r"typedef struct \{\n(?P<body>.*?)\n\} (?P<name>\w+);", re.DOTALL)
 
 
-class WeakrefPatchError(RuntimeError):
-    """mypyc generated C that the weak reference extension does not recognise."""
+class GeneratedCError(RuntimeError):
+    """mypyc generated C that the edits below do not recognise (a newer mypyc?)."""
 
 
 def _weakref_structs(header: str, marked: tuple[str, ...]) -> dict[str, int]:
@@ -75,7 +91,7 @@ def _weakref_structs(header: str, marked: tuple[str, ...]) -> dict[str, int]:
         for name, body in bodies.items():
             if body[: len(prefix)] == prefix:
                 if name in found:
-                    raise WeakrefPatchError(f"{name} extends two weakly referenced classes")
+                    raise GeneratedCError(f"{name} extends two weakly referenced classes")
                 found[name] = len(prefix)
     return found
 
@@ -91,18 +107,18 @@ def _patch_struct(header: str, name: str, index: int) -> str:
         indent = lines[index - 1][: len(lines[index - 1]) - len(lines[index - 1].lstrip())]
         lines.insert(index, indent + field)
         return header[: m.start("body")] + "\n".join(lines) + header[m.end("body") :]
-    raise WeakrefPatchError(f"struct {name} not found")
+    raise GeneratedCError(f"struct {name} not found")
 
 
 def _patch_dealloc(code: str, struct: str) -> str:
     """Clear the weak references once the finalizer ran (it may resurrect)."""
     m = re.search(rf"\w+_dealloc\({struct} \*self\)\n", code)
     if m is None:
-        raise WeakrefPatchError(f"no dealloc for {struct}")
+        raise GeneratedCError(f"no dealloc for {struct}")
     end = code.find("done: ;", m.end())
     untrack = code.find("PyObject_GC_UnTrack(self);", m.end(), end)
     if end < 0 or untrack < 0:
-        raise WeakrefPatchError(f"the dealloc of {struct} has no PyObject_GC_UnTrack")
+        raise GeneratedCError(f"the dealloc of {struct} has no PyObject_GC_UnTrack")
     line_start = code.rfind("\n", 0, untrack) + 1
     indent = code[line_start:untrack]
     after = code.find("\n", untrack) + 1
@@ -116,7 +132,7 @@ def _patch_template(code: str, struct: str) -> str:
     basicsize = f".tp_basicsize = sizeof({struct}),"
     at = code.find(basicsize)
     if at < 0:
-        raise WeakrefPatchError(f"no type template for {struct}")
+        raise GeneratedCError(f"no type template for {struct}")
     start = code.rfind("static PyTypeObject ", 0, at)
     end = code.find("};", at)
     offset = f".tp_weaklistoffset = offsetof({struct}, {WEAKLIST_FIELD}),"
@@ -124,23 +140,114 @@ def _patch_template(code: str, struct: str) -> str:
     if offset in block:
         return code
     if ".tp_weaklistoffset" in block:
-        raise WeakrefPatchError(f"the type of {struct} has a weak reference list already")
+        raise GeneratedCError(f"the type of {struct} has a weak reference list already")
     line_start = code.rfind("\n", 0, at) + 1
     after = code.find("\n", at) + 1
     return code[:after] + code[line_start:at] + offset + "\n" + code[after:]
 
 
-def add_weakref_support(extensions: list[Any]) -> None:
+def add_weakref_support(texts: dict[str, str]) -> None:
     """Give the WEAKLY_REFERENCED classes weak reference support in mypyc's generated C.
 
-    Edits the generated files in place, before they are compiled; running it
-    again on files it edited changes nothing. Raises WeakrefPatchError when
-    the C does not look as expected (a newer mypyc), rather than building
-    classes that crash.
+    ``texts`` maps each generated file to its text, edited in place. Editing
+    text it edited already changes nothing. Raises GeneratedCError when the
+    C does not look as expected (a newer mypyc), rather than building classes
+    that crash.
     """
     from mypyc.namegen import exported_name
 
     marked = tuple(f"{exported_name(name)}Object" for name in WEAKLY_REFERENCED)
+    structs: dict[str, int] = {}
+    for path, text in texts.items():
+        if path.endswith(".h"):
+            found = _weakref_structs(text, marked)
+            for name, index in found.items():
+                text = _patch_struct(text, name, index)
+            texts[path] = text
+            structs.update(found)
+    missing = set(marked) - set(structs)
+    if missing:
+        raise GeneratedCError(f"structs not found: {sorted(missing)}")
+    for struct in structs:
+        for patch in (_patch_dealloc, _patch_template):
+            hits = [path for path, text in texts.items() if path.endswith(".c") and struct in text]
+            done = False
+            for path in hits:
+                try:
+                    texts[path] = patch(texts[path], struct)
+                except GeneratedCError:
+                    continue
+                done = True
+            if not done:
+                raise GeneratedCError(f"{patch.__name__} found nothing to patch for {struct}")
+
+
+# ``await future`` on the compiled build. CPython resumes an awaited iterator
+# through its am_send slot when it has one (PyIter_Send), and takes the value
+# it returns; without the slot, tp_iternext has to raise StopIteration(value),
+# which mypyc's C does with a traceback entry: about 3,000 instructions per
+# await, a tenth of a stream echo request. asyncio's C Future has the slot for
+# the same reason. mypyc cannot declare it, so it is added to the generated C:
+# a few lines that call FutureIter._advance() and read its ``_future`` field.
+SEND_ITERATOR: Final = "corun.runtime.engine.futures.FutureIter"
+_SEND_FUNCTION: Final = "corun_future_iter_am_send"
+_SEND_SHIM: Final = """\
+/* corun (setup.py): FutureIter's am_send slot. */
+static PySendResult
+{function}(PyObject *self, PyObject *arg, PyObject **presult)
+{{
+    {struct} *it = ({struct} *)self;
+    PyObject *value;
+    if (it->__future == Py_None) {{
+        Py_INCREF(Py_None);
+        *presult = Py_None;
+        return PYGEN_RETURN;
+    }}
+    value = {advance}(self);
+    *presult = value;
+    if (value == NULL)
+        return PYGEN_ERROR;
+    return it->__future == Py_None ? PYGEN_RETURN : PYGEN_NEXT;
+}}
+
+static PyAsyncMethods {function}_slots = {{ .am_send = {function} }};
+
+"""
+
+
+def add_send_slot(texts: dict[str, str]) -> None:
+    """Give SEND_ITERATOR an am_send slot that calls its ``_advance()`` (see above)."""
+    from mypyc.namegen import exported_name
+
+    struct = f"{exported_name(SEND_ITERATOR)}Object"
+    short = SEND_ITERATOR.rsplit(".", 2)[-2:]
+    advance = re.compile(rf"PyObject \*(CPyDef_\w*{short[0]}___{short[1]}____advance)\(")
+    field = re.compile(rf"PyObject \*__future;\n\}} {struct};")
+    header = "".join(text for path, text in texts.items() if path.endswith(".h"))
+    found = advance.search(header)
+    if found is None or field.search(header) is None:
+        raise GeneratedCError(f"{SEND_ITERATOR}: _advance() or its _future field not found")
+    basicsize = f".tp_basicsize = sizeof({struct}),"
+    for path, code in texts.items():
+        at = code.find(basicsize)
+        if not path.endswith(".c") or at < 0:
+            continue
+        if _SEND_FUNCTION in code:
+            return
+        start = code.rfind("static PyTypeObject ", 0, at)
+        end = code.find("};", at)
+        if ".tp_as_async" in code[start:end]:
+            raise GeneratedCError(f"{SEND_ITERATOR} has async slots already")
+        shim = _SEND_SHIM.format(function=_SEND_FUNCTION, struct=struct, advance=found[1])
+        line_start = code.rfind("\n", 0, at) + 1
+        slot = code[line_start:at] + f".tp_as_async = &{_SEND_FUNCTION}_slots,\n"
+        texts[path] = code[:start] + shim + code[start:line_start] + slot + code[line_start:]
+        return
+    raise GeneratedCError(f"no type template for {struct}")
+
+
+def patch_generated_c(extensions: list[Any]) -> None:
+    """Edit mypyc's generated C in place before it is compiled (see above)."""
     files = sorted(
         {
             path
@@ -153,29 +260,8 @@ def add_weakref_support(extensions: list[Any]) -> None:
     for path in files:
         with open(path, encoding="utf-8") as f:
             texts[path] = f.read()
-    structs: dict[str, int] = {}
-    for path, text in texts.items():
-        if path.endswith(".h"):
-            found = _weakref_structs(text, marked)
-            for name, index in found.items():
-                text = _patch_struct(text, name, index)
-            texts[path] = text
-            structs.update(found)
-    missing = set(marked) - set(structs)
-    if missing:
-        raise WeakrefPatchError(f"structs not found: {sorted(missing)}")
-    for struct in structs:
-        for patch in (_patch_dealloc, _patch_template):
-            hits = [path for path, text in texts.items() if path.endswith(".c") and struct in text]
-            done = False
-            for path in hits:
-                try:
-                    texts[path] = patch(texts[path], struct)
-                except WeakrefPatchError:
-                    continue
-                done = True
-            if not done:
-                raise WeakrefPatchError(f"{patch.__name__} found nothing to patch for {struct}")
+    add_weakref_support(texts)
+    add_send_slot(texts)
     for path, text in texts.items():
         with open(path, encoding="utf-8") as f:
             unchanged = f.read() == text
@@ -206,8 +292,8 @@ def _ext_modules() -> list[object]:
         print("corun: mypyc is not available: building pure Python", file=sys.stderr)
         return []
     extensions = list(mypycify(compiled_modules(), opt_level="3", debug_level="1"))
-    add_weakref_support(extensions)
-    return extensions
+    patch_generated_c(extensions)
+    return [*extensions, *C_EXTENSIONS]
 
 
 setup(ext_modules=_ext_modules())

@@ -111,10 +111,18 @@ def loop_factory_for(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
 
 def pytest_configure(config: pytest.Config) -> None:
     if corun is not None and corun.COMPILED:
-        engine = Path(corun.__file__).resolve().parent / "runtime" / "engine"
+        runtime = Path(corun.__file__).resolve().parent / "runtime"
         # Only an in-tree (editable) build: an installed wheel's files carry
         # install times, not build times.
-        stale = stale_compiled_modules(engine) if engine.is_relative_to(SRC) else []
+        stale = (
+            [
+                name
+                for part in ("engine", "transports")
+                for name in stale_compiled_modules(runtime / part)
+            ]
+            if runtime.is_relative_to(SRC)
+            else []
+        )
         if stale:
             raise pytest.UsageError(
                 f"compiled modules older than their sources: {', '.join(stale)}; "

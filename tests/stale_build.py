@@ -10,7 +10,7 @@ SUFFIX: str = sysconfig.get_config_var("EXT_SUFFIX")
 
 
 def stale_compiled_modules(engine: Path, suffix: str = SUFFIX) -> list[str]:
-    """The engine's sources edited after this interpreter's compiled module was built.
+    """The sources in ``engine`` (a folder) edited after their compiled modules were built.
 
     An editable install builds the ``.so`` files beside their sources, and
     Python imports a ``.so`` before a ``.py``: after an edit, tests would

@@ -415,3 +415,48 @@ def test_initializing_a_future_twice(make_future, loop):
         fut.__init__(loop=loop)
         assert not fut.done()
     fut.cancel()
+
+
+# --- await: the compiled iterator's am_send slot (setup.py) ---------------------
+
+
+def _am_send_slot(cls: type) -> int:
+    """The address in ``cls``'s ``tp_as_async->am_send`` (0: none)."""
+    import ctypes
+
+    # PyTypeObject on 64-bit CPython 3.11 to 3.15: tp_as_async is the pointer
+    # at byte 80; in PyAsyncMethods, am_send is the fourth pointer.
+    as_async = ctypes.c_void_p.from_address(id(cls) + 80).value
+    if not as_async:
+        return 0
+    return ctypes.c_void_p.from_address(as_async + 3 * 8).value or 0
+
+
+@pytest.mark.corun_only
+def test_awaiting_a_pending_future_resumes_through_am_send(loop):
+    """Compiled, ``await`` returns the result with no StopIteration (setup.py's slot)."""
+    import corun
+    from corun.runtime.engine.futures import FutureIter
+
+    assert sys.maxsize > 2**32
+    assert bool(_am_send_slot(FutureIter)) == corun.COMPILED
+    # The layout read is right: asyncio's Future iterator has the slot.
+    assert _am_send_slot(type(asyncio.Future(loop=loop).__await__())) != 0
+    raised: list[str] = []
+
+    async def main() -> list[object]:
+        got: list[object] = []
+        for value in (7, None, (1, 2), StopIteration):
+            fut = loop.create_future()
+            loop.call_soon(fut.set_result, value)
+            got.append(await fut)
+        fut = loop.create_future()
+        loop.call_soon(fut.set_exception, KeyError("k"))
+        try:
+            await fut
+        except KeyError as exc:
+            raised.append(repr(exc))
+        return got
+
+    assert loop.run_until_complete(main()) == [7, None, (1, 2), StopIteration]
+    assert raised == ["KeyError('k')"]

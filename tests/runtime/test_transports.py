@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from netkit import HOST, Factory, Recorder, closing, run, shut, tcp_pair, until
 
+import corun
+
 pytestmark = pytest.mark.timeout(30)
 
 
@@ -260,3 +262,30 @@ def test_buffered_protocol_on_server_side(loop):
         await shut(server)
 
     run(loop, main())
+
+
+def test_stream_transport_passes_isinstance_as_asyncio_transport(loop):
+    """corun's compiled transport is no subclass of asyncio's, yet answers as one."""
+
+    async def main() -> None:
+        server = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
+        try:
+            for kind in (asyncio.BaseTransport, asyncio.ReadTransport, asyncio.Transport):
+                assert isinstance(transport, kind)
+            assert not isinstance(transport, asyncio.DatagramTransport)
+            assert transport.get_extra_info("peername") == ("127.0.0.1", port)
+            assert transport.get_extra_info("nothing", 5) == 5
+            if isinstance(loop, corun.EventLoop):
+                assert transport.__class__ is asyncio.Transport
+                assert not issubclass(type(transport), asyncio.Transport)
+                if corun.COMPILED:  # a compiled class has no __dict__
+                    with pytest.raises(AttributeError):
+                        transport.anything = 1  # type: ignore[attr-defined]
+        finally:
+            transport.close()
+            server.close()
+            await server.wait_closed()
+
+    loop.run_until_complete(main())

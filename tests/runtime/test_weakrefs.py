@@ -1,6 +1,6 @@
-"""Weak references to futures, tasks and handles, and tasks that refer to themselves.
+"""Weak references to futures, tasks, handles and transports; tasks that refer to themselves.
 
-asyncio's Future, Task, Handle and TimerHandle take weak references, and
+asyncio's Future, Task, Handle, TimerHandle and transports take weak references, and
 programs (and test suites that check for leaks) take them. Freeing a weakly
 referenced object must clear its references: ``ref()`` answers None and the
 callbacks run, at once when the last reference goes, or at the collection
@@ -190,15 +190,70 @@ def test_compiled_hierarchy_keeps_one_weak_reference_slot():
     from corun.runtime.engine.handles import Handle, OneArgHandle
     from corun.runtime.engine.task_core import TaskCore
     from corun.runtime.engine.timers import TimerHandle
+    from corun.runtime.transports.base import FlowControlTransport, SocketTransport
+    from corun.runtime.transports.datagram import DatagramTransport
+    from corun.runtime.transports.pipe import WritePipeTransport
+    from corun.runtime.transports.stream import StreamTransport
 
     for base, subclasses in (
         (Future, (TaskCore, corun.Task)),
         (Handle, (OneArgHandle, TimerHandle)),
+        (
+            FlowControlTransport,
+            (SocketTransport, StreamTransport, DatagramTransport, WritePipeTransport),
+        ),
     ):
         assert base.__weakrefoffset__ > 0
         for cls in subclasses:
             assert cls.__weakrefoffset__ == base.__weakrefoffset__, cls
             assert cls.__basicsize__ > cls.__weakrefoffset__, cls
+
+
+# --- transports: the loop keeps them in a WeakValueDictionary ------------------
+
+
+def _open_transports(loop: asyncio.AbstractEventLoop) -> list[asyncio.BaseTransport]:
+    """A connected TCP pair's two transports, a UDP transport and a write pipe's."""
+    import os
+
+    async def main() -> list[asyncio.BaseTransport]:
+        accepted: asyncio.Future[asyncio.BaseTransport] = loop.create_future()
+
+        class Accept(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                accepted.set_result(transport)
+
+        server = await loop.create_server(Accept, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
+        udp, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0)
+        )
+        read_fd, write_fd = os.pipe()
+        os.close(read_fd)  # the write end is enough
+        pipe, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, os.fdopen(write_fd, "wb"))
+        server.close()
+        return [client, await accepted, udp, pipe]
+
+    return loop.run_until_complete(main())
+
+
+def test_transports_are_freed_with_their_weak_references_cleared(loop):
+    transports = _open_transports(loop)
+    kinds = [asyncio.Transport, asyncio.Transport, asyncio.BaseTransport, asyncio.WriteTransport]
+    for transport, kind in zip(transports, kinds, strict=True):
+        assert isinstance(transport, kind), transport
+    recorders = [Recorder() for _ in transports]
+    refs = [weakref.ref(t, r) for t, r in zip(transports, recorders, strict=True)]
+    for transport in transports:
+        transport.close()
+    del transport
+    transports.clear()
+    run_once(loop)
+    run_once(loop)
+    gc.collect()
+    for ref, recorder in zip(refs, recorders, strict=True):
+        assert_freed(ref, recorder)
 
 
 # --- freed by the million, in a child: a dangling weak reference is a crash ----

@@ -460,16 +460,30 @@ class FutureIter:
         return self
 
     def __next__(self) -> Any:
+        value = self._advance()
+        if self._future is None:
+            raise _StopIteration(value)
+        return value
+
+    def _advance(self) -> Any:
+        """One step of ``await``, with no StopIteration: done once ``_future`` is None.
+
+        Returns the future while it is pending (which tells the Task driving
+        the ``await`` to wait for it), then its result. The compiled build
+        calls this from the ``am_send`` slot setup.py gives this class, so
+        that ``await future`` returns like a C Future's, without raising and
+        catching a StopIteration (with mypyc, a traceback entry as well).
+        """
         future = self._future
         if future is None:
-            raise _StopIteration
+            return None
         if future._state == PENDING:
             if not future._asyncio_future_blocking:
                 future._asyncio_future_blocking = True
-                return future  # tells the Task driving us to wait for it
+                return future
             raise RuntimeError("await wasn't used with future")
         self._future = None
-        raise _StopIteration(future.result())
+        return future.result()
 
     def send(self, value: object) -> Any:
         """Resume; the value sent is ignored, as asyncio's Future ignores it."""

@@ -5,8 +5,10 @@ Deliberately not compiled (hence its name: setup.py compiles every module in
 by raising StopIteration, and mypyc records every raise in a new traceback
 entry (a code object and a frame: about 4,000 instructions on CPython 3.11).
 CPython's own generators finish through ``am_send`` and raise nothing. A
-pending future still gets the small compiled ``FutureIter``: a generator is
-152 bytes larger, and a parked task holds it for as long as it waits.
+pending future gets the small compiled ``FutureIter``: a generator is 152
+bytes larger, and a parked task holds it for as long as it waits; setup.py
+gives ``FutureIter`` an ``am_send`` slot of its own, and this generator is
+what the pure-Python build and a done future keep.
 """
 
 from __future__ import annotations

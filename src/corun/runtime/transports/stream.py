@@ -28,10 +28,14 @@ from typing import Any, Final
 from corun.runtime._constants import LOG_THRESHOLD_FOR_CONNLOST_WRITES, logger
 from corun.runtime.engine.futures import Future
 from corun.runtime.engine.loop_core import LoopCore
+from corun.runtime.transports import sockio
 from corun.runtime.transports.base import SocketTransport, connect_soon, read_buffer
 
 #: sendmsg() takes at most this many buffers (IOV_MAX).
 MAX_IOV: Final = 1024
+# Statics: compiled code would look a module's attribute up at every call.
+_RECV: Final = sockio.recv
+_SEND: Final = sockio.send
 
 
 def _set_nodelay(sock: socket.socket) -> None:
@@ -157,9 +161,8 @@ class StreamTransport(SocketTransport):
             except BaseException as exc:
                 self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
             return
-        view = read_buffer(self._loop)
         try:
-            nbytes = sock.recv_into(view)
+            data = _RECV(sock, self._sock_fd, read_buffer(self._loop))
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -167,10 +170,9 @@ class StreamTransport(SocketTransport):
         except BaseException as exc:
             self._fatal_error(exc, "Fatal read error on socket transport")
             return
-        if not nbytes:
+        if not data:
             self._read_eof()
             return
-        data = view[:nbytes].tobytes()
         try:
             protocol.data_received(data)
         except (SystemExit, KeyboardInterrupt):
@@ -218,7 +220,7 @@ class StreamTransport(SocketTransport):
             sock = self._sock
             assert sock is not None
             try:
-                sent = sock.send(data)
+                sent = _SEND(sock, self._sock_fd, data)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except (SystemExit, KeyboardInterrupt):
@@ -278,7 +280,7 @@ class StreamTransport(SocketTransport):
         buffer = self._buffer
         try:
             if len(buffer) == 1:
-                sent = sock.send(buffer[0])
+                sent = _SEND(sock, self._sock_fd, buffer[0])
             else:
                 sent = sock.sendmsg(islice(buffer, MAX_IOV))
         except (BlockingIOError, InterruptedError):

@@ -1,0 +1,6 @@
+# The C module _sockio.c; see sockio.py.
+import socket
+from typing import Any
+
+def recv(sock: socket.socket, fd: int, buffer: memoryview, /) -> bytes: ...
+def send(sock: socket.socket, fd: int, data: Any, /) -> int: ...
