@@ -65,6 +65,48 @@ def call_soon(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> Metric
     return {"time_ms": _CallSoonChains(loop, n, chains).run() * 1e3}
 
 
+# --------------------------------------------------------------------------- gather
+
+
+async def _gathered(value: int) -> int:
+    return value
+
+
+async def _gather_main(rounds: int, width: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        results = await asyncio.gather(*[_gathered(i) for i in range(width)])
+        assert len(results) == width
+    return time.perf_counter() - t0
+
+
+def gather(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> Metrics:
+    """``rounds`` of ``asyncio.gather`` over ``width`` trivial coroutines (tasks made, run, collected)."""
+    rounds, width = int(params["rounds"]), int(params["width"])
+    _run_measured(loop, _gather_main(max(1, rounds // 10), width))
+    return {"time_ms": _run_measured(loop, _gather_main(rounds, width)) * 1e3}
+
+
+# --------------------------------------------------------------------------- loops
+
+
+def loops(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> Metrics:
+    """``n`` loops of the same kind as ``loop`` created, run once and closed."""
+    n = int(params["n"])
+    factory = type(loop)
+
+    def cycle(count: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(count):
+            other = factory()
+            other.run_until_complete(asyncio.sleep(0))
+            other.close()
+        return time.perf_counter() - t0
+
+    cycle(max(1, n // 10))
+    return {"time_ms": cycle(n) * 1e3}
+
+
 # --------------------------------------------------------------------------- tasks
 
 

@@ -308,7 +308,11 @@ async def _echo_main(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) ->
         (result,), cpu = await _serve_during(loop, [cmd], timeout)
     finally:
         await server.stop()
-    data = _client_json(result)
+    return served(_client_json(result), cpu)
+
+
+def served(data: dict[str, Any], cpu: dict[str, float]) -> dict[str, Any]:
+    """A server case's result: the client's figures (``data``) and the CPU shares."""
     return {
         "metrics": {
             "rps": data["rps"],
@@ -393,8 +397,60 @@ async def start_http_server(handler: Any = None) -> tuple[Any, int]:
     return runner, int(runner.addresses[0][1])
 
 
+async def _asgi_hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The ASGI hello world: what uvicorn serves in the ``uvicorn`` case."""
+    assert scope["type"] == "http"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/plain"), (b"content-length", b"13")],
+        }
+    )
+    await send({"type": "http.response.body", "body": b"Hello, World!"})
+
+
+class _UvicornRunner:
+    """uvicorn (httptools, no lifespan, no access log) serving on the running loop."""
+
+    def __init__(self) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(
+            _asgi_hello,
+            loop="none",
+            http="httptools",
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+            backlog=1024,
+        )
+        self.server = uvicorn.Server(config)
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> int:
+        self.task = asyncio.ensure_future(self.server.serve(sockets=[self.sock]))
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()
+            await asyncio.sleep(0.01)
+        return int(self.sock.getsockname()[1])
+
+    async def cleanup(self) -> None:
+        self.server.should_exit = True
+        if self.task is not None:
+            await self.task
+        self.sock.close()
+
+
 async def _http_main(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> dict[str, Any]:
-    runner, port = await start_http_server()
+    runner: Any
+    if params.get("server", "aiohttp") == "uvicorn":
+        runner = _UvicornRunner()
+        port = await runner.start()
+    else:
+        runner, port = await start_http_server()
     conns, duration, warmup = int(params["conns"]), int(params["duration"]), int(params["warmup"])
     client: list[str] = list(params["client_cmd"])
     tool = str(params["client_tool"])
@@ -458,7 +514,7 @@ async def _http_main(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) ->
 
 
 def http(loop: asyncio.AbstractEventLoop, params: dict[str, Any]) -> dict[str, Any]:
-    """aiohttp server under wrk (or our HTTP load generator); req/s, p50, p99."""
+    """aiohttp (or uvicorn) server under wrk (or our HTTP load generator); req/s, p50, p99."""
     result = loop.run_until_complete(_http_main(loop, params))
     assert isinstance(result, dict)
     return result

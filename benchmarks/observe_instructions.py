@@ -65,9 +65,10 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 
 def _serve(workload: str, operations: int) -> None:
     """Run ``operations`` of ``workload`` on a corun loop (accounting on if ``on`` was asked)."""
-    import corun
+    from benchmarks.worker import make_loop
 
-    loop = corun.new_event_loop()
+    # benchmarks.instructions runs the same workloads on asyncio's and uvloop's loops.
+    loop, _info = make_loop(os.environ.get("CORUN_BENCH_LOOP", "corun"))
     if os.environ.get("CORUN_BENCH_ACCOUNTING") == "1":
         from corun.runtime.engine.accounting import LoopAccounting
 
@@ -81,6 +82,14 @@ def _serve(workload: str, operations: int) -> None:
         from benchmarks import micro
 
         micro.tasks(loop, {"n": operations, "steps": 1})
+        return
+    if workload in ("call_soon", "ping_pong"):
+        from benchmarks import micro
+
+        if workload == "call_soon":
+            micro.call_soon(loop, {"n": operations, "chains": 100})
+        else:
+            micro.ping_pong(loop, {"n": operations})
         return
     loop.run_until_complete(_serve_network(loop, workload, operations))
 
@@ -176,9 +185,11 @@ def _http_round_trip(sock: socket.socket) -> None:
 # --------------------------------------------------------------------------- the driver
 
 
-def count(python: str, workload: str, operations: int, accounting: bool) -> int:
-    """Instructions the server process ran for ``operations`` of ``workload``."""
-    env = dict(os.environ, CORUN_BENCH_ACCOUNTING="1" if accounting else "0")
+def count(
+    python: str, workload: str, operations: int, accounting: bool, loop: str = "corun"
+) -> int:
+    """Instructions the server process ran for ``operations`` of ``workload`` on ``loop``."""
+    env = dict(os.environ, CORUN_BENCH_ACCOUNTING="1" if accounting else "0", CORUN_BENCH_LOOP=loop)
     env.pop("CORUN_OBSERVE", None)
     env["PYTHONPATH"] = str(ROOT)  # this checkout's benchmark code; corun from the venv
     proc = subprocess.run(
@@ -208,20 +219,26 @@ def count(python: str, workload: str, operations: int, accounting: bool) -> int:
 
 
 def operations_run(workload: str, size: int) -> int:
-    """The operations a run of ``size`` makes: ``micro.steps`` runs a tenth more first."""
+    """The operations a run of ``size`` makes: the micro benchmarks run a tenth more first."""
     if workload == "steps":
         tasks = 10
         return tasks * (size // tasks // 10) + tasks * (size // tasks)
-    if workload == "tasks":  # micro.tasks runs a tenth more first
-        return size // 10 + size
+    if workload in ("tasks", "call_soon", "ping_pong"):
+        return max(1, size // 10) + size
     return size
 
 
-def per_operation(python: str, workload: str, accounting: bool) -> float:
+def per_operation(
+    python: str,
+    workload: str,
+    accounting: bool,
+    loop: str = "corun",
+    sizes: tuple[int, int] | None = None,
+) -> float:
     """Instructions per operation: the two sizes subtracted."""
-    (small, large), _unit = WORKLOADS[workload]
-    low = count(python, workload, small, accounting)
-    high = count(python, workload, large, accounting)
+    small, large = sizes or WORKLOADS[workload][0]
+    low = count(python, workload, small, accounting, loop)
+    high = count(python, workload, large, accounting, loop)
     return (high - low) / (operations_run(workload, large) - operations_run(workload, small))
 
 
@@ -262,12 +279,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sizes": {w: WORKLOADS[w][0] for w in workloads},
         "results": results,
     }
-    options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "observe_instructions.json").write_text(json.dumps(document, indent=1) + "\n")
-    markdown = render(document)
-    (options.out / "observe_instructions.md").write_text(markdown)
-    print(markdown)
+    write_reports(options.out / "observe_instructions", document, render(document))
     return 0
+
+
+def write_reports(stem: Path, document: dict[str, Any], markdown: str) -> None:
+    """``stem``.json and ``stem``.md; the table to standard output too."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(document, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown)
+    print(markdown)
 
 
 def render(document: dict[str, Any]) -> str:

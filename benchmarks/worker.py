@@ -62,12 +62,14 @@ def _close(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _runner(kind: str) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], Any]:
-    from benchmarks import micro, net
+    from benchmarks import micro, net, tls
 
     runners: dict[str, Callable[[asyncio.AbstractEventLoop, dict[str, Any]], Any]] = {
         "call_soon": micro.call_soon,
         "tasks": micro.tasks,
         "ping_pong": micro.ping_pong,
+        "gather": micro.gather,
+        "loops": micro.loops,
         "steps": micro.steps,
         "timers": micro.timers,
         "idle_tasks": micro.idle_tasks,
@@ -75,6 +77,8 @@ def _runner(kind: str) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], 
         "spawn": micro.spawn,
         "echo": net.echo,
         "http": net.http,
+        "tls_server": tls.tls_server,
+        "tls_client": tls.tls_client,
     }
     return runners[kind]
 

@@ -55,6 +55,38 @@ def test_quick_run_writes_results(tmp_path: Path) -> None:
     assert "call_soon" in md and "timers" in md
 
 
+def test_quick_run_of_gather_loops_and_tls_on_both_sides(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    _run_module(
+        "benchmarks",
+        "--quick",
+        "--only",
+        "gather,loops,tls",
+        "--repeat",
+        "1",
+        "--loops",
+        "corun,asyncio",
+        "--out",
+        str(out),
+        timeout=120,
+    )
+    doc = json.loads((out / "results.json").read_text())
+    assert [r["case"] for r in doc["results"]] == [
+        "gather",
+        "loops",
+        "tls/server/1KiB/c10",
+        "tls/client/1KiB/c10",
+    ]
+    for res in doc["results"]:
+        for runs in res["runs"].values():
+            assert len(runs) == 1 and runs[0]["ok"], runs
+        for metric in res["metrics"]:
+            assert metric["median"]["corun"] > 0 and metric["median"]["asyncio"] > 0, metric
+    tls_server, tls_client = doc["results"][2:]
+    assert [m["key"] for m in tls_server["metrics"]][-1] == "server_cpu_us"
+    assert [m["key"] for m in tls_client["metrics"]][-1] == "client_cpu_us"
+
+
 def test_observe_modes_writes_its_table(tmp_path: Path) -> None:
     _run_module(
         "benchmarks.observe_modes",
@@ -127,3 +159,27 @@ def _run_module(module: str, *args: str, timeout: float) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_instructions_table_puts_corun_against_each_loop() -> None:
+    from benchmarks import instructions
+    from benchmarks.observe_instructions import operations_run
+
+    document = {
+        "date": "now",
+        "python": "3.11.7",
+        "results": {
+            "echo/protocol": {"corun": 5_000.0, "asyncio": 20_000.0, "uvloop": 4_000.0},
+            "ping_pong": {"corun": 10_000.0, "asyncio": 15_000.0},
+        },
+    }
+    lines = instructions.render(document).splitlines()
+    assert (
+        lines[2]
+        == "| workload | per | corun | asyncio | uvloop | corun vs asyncio | corun vs uvloop |"
+    )
+    assert lines[4] == "| echo/protocol | request | 5,000 | 20,000 | 4,000 | 4.00x | 0.80x |"
+    assert lines[5] == "| ping_pong | round trip | 10,000 | 15,000 |  | 1.50x |  |"
+    # The micro benchmarks run a tenth of their size first, to warm up.
+    assert operations_run("ping_pong", 20_000) == 22_000
+    assert operations_run("echo/streams", 1_000) == 1_000
