@@ -63,10 +63,12 @@ class FdRegistration:
 class EpollIO:
     """Registers readers and writers and waits for their fds to become ready."""
 
-    __slots__ = ("_epoll", "_registrations", "arrival_fd", "arrived")
+    __slots__ = ("_epoll", "_poll", "_registrations", "arrival_fd", "arrived")
 
     def __init__(self) -> None:
         self._epoll: select.epoll = select.epoll()
+        # Bound once: a method call on a C object is a lookup by name each time.
+        self._poll: Callable[[float, int], list[tuple[int, int]]] = self._epoll.poll
         self._registrations: dict[int, FdRegistration] = {}
         #: An fd watched for corun.observe, with no handle: its readiness sets
         #: ``arrived`` (see ``watch_arrivals``).
@@ -246,7 +248,7 @@ class EpollIO:
         # As many events as there are fds, not epoll.poll()'s default of
         # FD_SETSIZE - 1: it allocates (and clears) a buffer that size on
         # every call, 12 KiB, which cost more than the wait itself.
-        events = self._epoll.poll(timeout, min(max(len(registrations), 1), MAX_EVENTS))
+        events = self._poll(timeout, min(max(len(registrations), 1), MAX_EVENTS))
         if clock is not None:
             stamp = clock()
         for fd, mask in events:

@@ -36,6 +36,8 @@ MAX_IOV: Final = 1024
 # Statics: compiled code would look a module's attribute up at every call.
 _RECV: Final = sockio.recv
 _SEND: Final = sockio.send
+_MEMORYVIEW: Final = memoryview
+_BUFFERS: Final = (bytes, bytearray, memoryview)
 
 
 def _set_nodelay(sock: socket.socket) -> None:
@@ -71,6 +73,7 @@ class StreamTransport(SocketTransport):
         self._protocol_connected: bool = False
         self._empty_waiter: Future | None = None
         self._server = server
+        self._data_received: Any = None
         self.set_protocol(protocol)
         if server is not None:
             server._attach(self)
@@ -97,6 +100,9 @@ class StreamTransport(SocketTransport):
         self._buffered_protocol = isinstance(protocol, asyncio.BufferedProtocol)
         self._protocol = protocol
         self._protocol_connected = True
+        # Looked up once, as uvloop does: a call by name on every read costs
+        # the lookup again. A protocol without it (a BufferedProtocol) gets None.
+        self._data_received = getattr(protocol, "data_received", None)
 
     def get_protocol(self) -> asyncio.BaseProtocol:
         """The protocol events go to."""
@@ -174,7 +180,7 @@ class StreamTransport(SocketTransport):
             self._read_eof()
             return
         try:
-            protocol.data_received(data)
+            self._data_received(data)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -200,7 +206,7 @@ class StreamTransport(SocketTransport):
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Send ``data``, buffering what the socket does not take at once."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
+        if not isinstance(data, _BUFFERS):
             raise TypeError(
                 f"data argument must be a bytes-like object, not {type(data).__name__!r}"
             )
@@ -234,10 +240,10 @@ class StreamTransport(SocketTransport):
         chunk: bytes | memoryview
         if type(data) is bytes:
             # Immutable: keep a reference (a view past what was sent), no copy.
-            chunk = memoryview(data)[sent:] if sent else data
+            chunk = _MEMORYVIEW(data)[sent:] if sent else data
         else:
             # The caller may reuse a mutable buffer after write() returns.
-            chunk = bytes(memoryview(data).cast("B")[sent:])
+            chunk = bytes(_MEMORYVIEW(data).cast("B")[sent:])
         self._buffer.append(chunk)
         self._buffer_size += len(chunk)
         self._maybe_pause_protocol()
