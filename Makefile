@@ -56,7 +56,6 @@ $(VPY):
 # The compiled modules are built in place next to their sources, so they must be
 # rebuilt whenever a source changes: a stale .so would shadow the edited .py.
 ENGINE_SOURCES := $(wildcard src/corun/runtime/engine/*.py) \
-	src/corun/runtime/transports/base.py src/corun/runtime/transports/stream.py \
 	src/corun/runtime/transports/_sockio.c
 
 # Re-installs when the build inputs change (or the venv was removed).

@@ -17,13 +17,8 @@ from typing import Any, Final
 from setuptools import Extension, setup
 
 # The folder is the rule: every module of the engine is compiled to C, except
-# those named interpreted_* (see src/corun/runtime/engine/__init__.py). Of the
-# transports, those every stream read and write goes through.
+# those named interpreted_* (see src/corun/runtime/engine/__init__.py).
 ENGINE: Final = "src/corun/runtime/engine"
-COMPILED_TRANSPORTS: Final = (
-    "src/corun/runtime/transports/base.py",
-    "src/corun/runtime/transports/stream.py",
-)
 
 
 # Written in C, with a pure-Python equivalent beside each (its docstring says why).
@@ -37,12 +32,12 @@ C_EXTENSIONS: Final = (
 
 
 def compiled_modules() -> list[str]:
-    """The modules that mypyc compiles, in a stable order."""
+    """The engine's modules that mypyc compiles, in a stable order."""
     return sorted(
         os.path.join(ENGINE, name)
         for name in os.listdir(ENGINE)
         if name.endswith(".py") and name != "__init__.py" and not name.startswith("interpreted_")
-    ) + list(COMPILED_TRANSPORTS)
+    )
 
 
 # Compiled classes whose instances take weak references, as asyncio's Future
@@ -59,7 +54,6 @@ def compiled_modules() -> list[str]:
 WEAKLY_REFERENCED: Final = (
     "corun.runtime.engine.futures.Future",
     "corun.runtime.engine.handles.Handle",
-    "corun.runtime.transports.base.FlowControlTransport",  # the loop's _transports
 )
 WEAKLIST_FIELD: Final = "corun_weakreflist"
 _STRUCT: Final = re.compile(r"typedef struct \{\n(?P<body>.*?)\n\} (?P<name>\w+);", re.DOTALL)

@@ -7,6 +7,7 @@ compiler uses is proven by the same assertions as the C module.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import socket
 from collections.abc import Callable, Iterator
@@ -140,3 +141,49 @@ def test_c_versions_check_their_arguments() -> None:
     with pytest.raises(OSError) as raised:
         send(None, 10_000, b"x")  # no such fd
     assert raised.value.errno == errno.EBADF
+
+
+class _TrackedSocket(socket.socket):
+    """A socket subclass with its own recv, recv_into and send, which must be called."""
+
+    calls: list[str]
+
+    def recv(self, *args: Any, **kwargs: Any) -> bytes:
+        self.calls.append("recv")
+        return super().recv(*args, **kwargs)
+
+    def recv_into(self, *args: Any, **kwargs: Any) -> int:
+        self.calls.append("recv_into")
+        return super().recv_into(*args, **kwargs)
+
+    def send(self, *args: Any, **kwargs: Any) -> int:
+        self.calls.append("send")
+        return super().send(*args, **kwargs)
+
+
+def test_a_socket_subclass_is_read_and_written_through_its_own_methods(loop):
+    """As asyncio does (websockets' test_explicit_socket checks it): no C shortcut for it."""
+
+    async def main() -> list[str]:
+        server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+        sock = _TrackedSocket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.calls = []
+        sock.connect(server.sockets[0].getsockname())
+        reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(b"ping")
+        assert await reader.readexactly(4) == b"ping"
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return sock.calls
+
+    calls = loop.run_until_complete(main())
+    assert "send" in calls
+    assert "recv_into" in calls or "recv" in calls  # asyncio's loop reads with recv
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(await reader.read(100))
+    await writer.drain()
+    writer.close()

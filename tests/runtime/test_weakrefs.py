@@ -190,18 +190,10 @@ def test_compiled_hierarchy_keeps_one_weak_reference_slot():
     from corun.runtime.engine.handles import Handle, OneArgHandle
     from corun.runtime.engine.task_core import TaskCore
     from corun.runtime.engine.timers import TimerHandle
-    from corun.runtime.transports.base import FlowControlTransport, SocketTransport
-    from corun.runtime.transports.datagram import DatagramTransport
-    from corun.runtime.transports.pipe import WritePipeTransport
-    from corun.runtime.transports.stream import StreamTransport
 
     for base, subclasses in (
         (Future, (TaskCore, corun.Task)),
         (Handle, (OneArgHandle, TimerHandle)),
-        (
-            FlowControlTransport,
-            (SocketTransport, StreamTransport, DatagramTransport, WritePipeTransport),
-        ),
     ):
         assert base.__weakrefoffset__ > 0
         for cls in subclasses:

@@ -29,9 +29,7 @@ whatever part of the network half you need.
 The two mypyc rules, written once:
 
 1. Every module in ``engine/`` is compiled with mypyc, except those named
-   ``interpreted_*``; ``setup.py`` compiles the folder, not a list, and of
-   ``transports/`` the two every stream read and write goes through
-   (``base``, ``stream``; listed in ``setup.py``). Compiled
+   ``interpreted_*``; ``setup.py`` compiles the folder, not a list. Compiled
    code follows mypyc's habits: ``Final`` constants, no dynamic attributes on
    its classes, no closures on hot paths, and plain types at the boundary.
 2. A compiled annotation is enforced at run time (a ``bool`` parameter

@@ -83,7 +83,7 @@ class EventLoop(LoopCore, asyncio.AbstractEventLoop):  # type: ignore[misc]
 
     # Pipes, subprocesses and TLS (transports/).
     connect_read_pipe = pipe.connect_read_pipe
-    connect_write_pipe = pipe.connect_write_pipe  # type: ignore[assignment]
+    connect_write_pipe = pipe.connect_write_pipe
     subprocess_exec = subprocess.subprocess_exec
     subprocess_shell = subprocess.subprocess_shell
     start_tls = tls.start_tls

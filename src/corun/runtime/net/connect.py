@@ -23,7 +23,7 @@ import socket
 import ssl as ssl_module
 from asyncio import staggered
 from collections.abc import Callable, Iterable
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from corun.runtime._constants import logger
 from corun.runtime.engine.futures import Future
@@ -103,8 +103,7 @@ async def connect_transport(
             ssl_shutdown_timeout=ssl_shutdown_timeout,
         )
     else:
-        # Not an asyncio.Transport subclass, though it passes isinstance (transports/base.py).
-        transport = cast(asyncio.Transport, StreamTransport(loop, sock, protocol, waiter))
+        transport = StreamTransport(loop, sock, protocol, waiter)
     try:
         await waiter
     except BaseException:
@@ -498,4 +497,4 @@ async def create_datagram_endpoint(
     except BaseException:
         transport.close()
         raise
-    return cast(asyncio.DatagramTransport, transport), protocol
+    return transport, protocol

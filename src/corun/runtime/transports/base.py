@@ -5,15 +5,6 @@ this class only decides, from ``get_write_buffer_size()``, when to call the
 protocol's ``pause_writing()`` and ``resume_writing()``, as asyncio specifies:
 pause once the buffer grows above the high-water mark, resume once it drains
 to the low-water mark or below.
-
-Compiled with mypyc (with ``stream.py``: setup.py lists them), since every
-read and write of a stream goes through here. A compiled class cannot have
-``asyncio.Transport`` as its base: asyncio's ``BaseTransport`` has a
-``__slots__`` field where mypyc's instance layout keeps its method table. So
-the classes here derive from nothing and answer ``isinstance(t,
-asyncio.Transport)`` through ``__class__``, as corun's Future answers for
-``asyncio.Future`` (see ``engine/futures.py``). They define every method of
-asyncio's transport API that their subclasses do not.
 """
 
 from __future__ import annotations
@@ -24,8 +15,6 @@ import socket
 import warnings
 from asyncio import trsock
 from typing import Any, Final
-
-from mypy_extensions import mypyc_attr
 
 from corun.runtime._constants import READ_BUFFER_SIZE, logger
 from corun.runtime.engine.futures import Future, set_result_unless_cancelled
@@ -127,19 +116,17 @@ def connect_soon(
         loop.call_soon(set_result_unless_cancelled, waiter, None)
 
 
-_ASYNCIO_TRANSPORT: Final[type[Any]] = asyncio.Transport
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)  # the datagram and write pipe transports
-class FlowControlTransport:
+class FlowControlTransport(asyncio.Transport):
     """A transport with a write buffer and high/low water marks.
 
     Subclasses set ``_protocol`` and implement ``get_write_buffer_size()``
     and ``_force_close(exc)``.
     """
 
+    _extra: dict[str, Any]  # set by asyncio.BaseTransport.__init__
+
     def __init__(self, loop: LoopCore, extra: dict[str, Any] | None = None) -> None:
-        self._extra: dict[str, Any] = {} if extra is None else extra
+        super().__init__(extra)
         self._loop: LoopCore = loop
         self._protocol: Any = None
         # Invariant: _protocol_paused is True between a pause_writing() call
@@ -148,14 +135,6 @@ class FlowControlTransport:
         self._high_water: int = DEFAULT_HIGH_WATER
         self._low_water: int = DEFAULT_HIGH_WATER // 4
         self._set_write_buffer_limits()
-
-    @property  # type: ignore[misc]  # read-only: see the module docstring
-    def __class__(self) -> type[Any]:
-        return _ASYNCIO_TRANSPORT
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        """Optional information about the transport and its socket or pipe."""
-        return self._extra.get(name, default)
 
     def _maybe_pause_protocol(self) -> None:
         if self.get_write_buffer_size() <= self._high_water or self._protocol_paused:
@@ -195,7 +174,6 @@ class FlowControlTransport:
         self._force_close(exc)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # the datagram transport
 class SocketTransport(FlowControlTransport):
     """What the stream and datagram transports share: a socket, a write buffer, closing.
 

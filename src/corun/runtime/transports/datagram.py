@@ -19,23 +19,8 @@ from corun.runtime.engine.loop_core import LoopCore
 from corun.runtime.transports.base import SocketTransport, connect_soon, read_buffer
 
 
-class _AsyncioDatagramTransport(asyncio.Transport, asyncio.DatagramTransport):
-    """What ``isinstance`` sees of a DatagramTransport: both, as of the stdlib's."""
-
-    __slots__ = ()
-
-
-_ASYNCIO_DATAGRAM_TRANSPORT: Any = _AsyncioDatagramTransport
-
-
-class DatagramTransport(SocketTransport):
+class DatagramTransport(SocketTransport, asyncio.DatagramTransport):
     """The transport of a datagram socket."""
-
-    # isinstance(t, asyncio.DatagramTransport): see transports/base.py for why
-    # not a base class.
-    @property  # type: ignore[misc]
-    def __class__(self) -> type[Any]:
-        return _ASYNCIO_DATAGRAM_TRANSPORT  # type: ignore[no-any-return]
 
     def __init__(
         self,

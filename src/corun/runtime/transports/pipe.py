@@ -366,10 +366,6 @@ class WritePipeTransport(_PipeEnd, FlowControlTransport):
         self._buffer += data
         self._maybe_pause_protocol()
 
-    def writelines(self, list_of_data: Any) -> None:
-        """Write the buffers in ``list_of_data``, in order, as one write."""
-        self.write(b"".join(list_of_data))
-
     def _write_ready(self) -> None:
         buffer = self._buffer
         try:

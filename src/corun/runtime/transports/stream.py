@@ -33,11 +33,6 @@ from corun.runtime.transports.base import SocketTransport, connect_soon, read_bu
 
 #: sendmsg() takes at most this many buffers (IOV_MAX).
 MAX_IOV: Final = 1024
-# Statics: compiled code would look a module's attribute up at every call.
-_RECV: Final = sockio.recv
-_SEND: Final = sockio.send
-_MEMORYVIEW: Final = memoryview
-_BUFFERS: Final = (bytes, bytearray, memoryview)
 
 
 def _set_nodelay(sock: socket.socket) -> None:
@@ -73,7 +68,11 @@ class StreamTransport(SocketTransport):
         self._protocol_connected: bool = False
         self._empty_waiter: Future | None = None
         self._server = server
-        self._data_received: Any = None
+        # The C recv and send (sockio) work on the fd; a socket subclass's own
+        # recv_into and send are called, as asyncio calls them.
+        plain = type(sock) is socket.socket
+        self._recv = sockio.recv if plain else sockio.recv_py
+        self._send = sockio.send if plain else sockio.send_py
         self.set_protocol(protocol)
         if server is not None:
             server._attach(self)
@@ -100,9 +99,6 @@ class StreamTransport(SocketTransport):
         self._buffered_protocol = isinstance(protocol, asyncio.BufferedProtocol)
         self._protocol = protocol
         self._protocol_connected = True
-        # Looked up once, as uvloop does: a call by name on every read costs
-        # the lookup again. A protocol without it (a BufferedProtocol) gets None.
-        self._data_received = getattr(protocol, "data_received", None)
 
     def get_protocol(self) -> asyncio.BaseProtocol:
         """The protocol events go to."""
@@ -168,7 +164,7 @@ class StreamTransport(SocketTransport):
                 self._fatal_error(exc, "Fatal error: protocol.buffer_updated() call failed.")
             return
         try:
-            data = _RECV(sock, self._sock_fd, read_buffer(self._loop))
+            data = self._recv(sock, self._sock_fd, read_buffer(self._loop))
         except (BlockingIOError, InterruptedError):
             return
         except (SystemExit, KeyboardInterrupt):
@@ -180,7 +176,7 @@ class StreamTransport(SocketTransport):
             self._read_eof()
             return
         try:
-            self._data_received(data)
+            protocol.data_received(data)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -206,7 +202,7 @@ class StreamTransport(SocketTransport):
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Send ``data``, buffering what the socket does not take at once."""
-        if not isinstance(data, _BUFFERS):
+        if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(
                 f"data argument must be a bytes-like object, not {type(data).__name__!r}"
             )
@@ -226,7 +222,7 @@ class StreamTransport(SocketTransport):
             sock = self._sock
             assert sock is not None
             try:
-                sent = _SEND(sock, self._sock_fd, data)
+                sent = self._send(sock, self._sock_fd, data)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except (SystemExit, KeyboardInterrupt):
@@ -240,10 +236,10 @@ class StreamTransport(SocketTransport):
         chunk: bytes | memoryview
         if type(data) is bytes:
             # Immutable: keep a reference (a view past what was sent), no copy.
-            chunk = _MEMORYVIEW(data)[sent:] if sent else data
+            chunk = memoryview(data)[sent:] if sent else data
         else:
             # The caller may reuse a mutable buffer after write() returns.
-            chunk = bytes(_MEMORYVIEW(data).cast("B")[sent:])
+            chunk = bytes(memoryview(data).cast("B")[sent:])
         self._buffer.append(chunk)
         self._buffer_size += len(chunk)
         self._maybe_pause_protocol()
@@ -286,7 +282,7 @@ class StreamTransport(SocketTransport):
         buffer = self._buffer
         try:
             if len(buffer) == 1:
-                sent = _SEND(sock, self._sock_fd, buffer[0])
+                sent = self._send(sock, self._sock_fd, buffer[0])
             else:
                 sent = sock.sendmsg(islice(buffer, MAX_IOV))
         except (BlockingIOError, InterruptedError):
